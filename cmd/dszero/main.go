@@ -1,0 +1,50 @@
+// Command dszero trains models with DeepSpeed-ZeRO semantics from the
+// ds_config.json files people already have.
+//
+// Usage:
+//
+//	dszero config check FILE... [--world-size N] [HF flags]
+//	dszero config explain FILE [--world-size N] [HF flags] [--json]
+package main
+
+import (
+	"fmt"
+	"io"
+	"os"
+)
+
+const usage = `dszero: a DeepSpeed-ZeRO-compatible training engine in Go
+
+Usage:
+  dszero config check FILE... [--world-size N] [HF flags]
+        say whether DeepSpeed would accept each config, with every problem as
+        file:line:col: path: message; exit 0 (accepted), 1 (rejected), 2 (usage)
+  dszero config explain FILE [--world-size N] [HF flags] [--json]
+        the resolved plan: stage, partitioning, batch arithmetic, precision,
+        offload, and every non-default knob with its source
+
+HF flags (fill "auto" like HF's Trainer): --learning_rate --per_device_train_batch_size
+  --gradient_accumulation_steps --max_grad_norm --warmup_steps --max_steps
+  --weight_decay --adam_beta1 --adam_beta2 --adam_epsilon --fp16 --bf16 --hidden_size
+`
+
+func main() {
+	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+}
+
+// run executes one command line and returns the exit code.
+func run(args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 {
+		fmt.Fprint(stderr, usage)
+		return 2
+	}
+	switch args[0] {
+	case "config":
+		return runConfig(args[1:], stdout, stderr)
+	case "help", "-h", "--help":
+		fmt.Fprint(stdout, usage)
+		return 0
+	}
+	fmt.Fprintf(stderr, "dszero: unknown command %q\n\n%s", args[0], usage)
+	return 2
+}

@@ -1,0 +1,53 @@
+package dsconfig
+
+// crossChecks applies the checks of DeepSpeedEngine.__init__ that depend
+// on the config alone and span several blocks.
+func (c *compiler) crossChecks() {
+	p := &c.plan
+	z := p.Zero
+	hasOpt := p.Optimizer.Type != ""
+	if !hasOpt && p.Mode == HFMode {
+		c.hfDefaultOptimizer()
+		hasOpt = true
+	}
+	if !hasOpt {
+		switch {
+		case z.Stage == 1 || z.Stage == 2:
+			c.s.errorf(c.at("zero_optimization"), "optimizer", `add an "optimizer" block (e.g. {"type": "AdamW", "params": {"lr": 1e-4}}), or pass HF training flags so dszero creates the Trainer's AdamW`,
+				"zero stage %d requires an optimizer, and the config has none (DeepSpeed accepts it only from a client passing its own optimizer)", z.Stage)
+		default:
+			c.s.unsupportedf(nil, "optimizer", `add an "optimizer" block or pass HF training flags (--learning_rate ...)`,
+				"no optimizer: DeepSpeed would build none (stage %d without an optimizer only partitions/serves parameters); dszero trains only with an optimizer", z.Stage)
+		}
+	}
+	if hasOpt && (z.Stage == 2 || z.Stage == 3) && z.ReduceScatter {
+		if p.PrescaleGradients {
+			c.s.errorf(c.at("prescale_gradients"), "prescale_gradients", "set prescale_gradients to false, or zero_optimization.reduce_scatter to false",
+				"ZeRO stage %d with reduce_scatter does not support prescale_gradients", z.Stage)
+		}
+		if p.GradientPredivideFactor != 1 {
+			c.s.errorf(c.at("gradient_predivide_factor"), "gradient_predivide_factor", "set it to 1.0, or zero_optimization.reduce_scatter to false",
+				"ZeRO stage %d with reduce_scatter requires gradient_predivide_factor 1.0, got %g", z.Stage, p.GradientPredivideFactor)
+		}
+	}
+	if hasOpt && (z.Stage == 1 || z.Stage == 2) && z.AllgatherBucketSize%2 != 0 {
+		c.s.errorf(c.at("zero_optimization.allgather_bucket_size"), "zero_optimization.allgather_bucket_size", "use an even number",
+			"allgather_bucket_size must be a multiple of 2, got %d", z.AllgatherBucketSize)
+	}
+	if p.GradientAllreduceOp == "sum" && z.Stage == 3 {
+		c.s.errorf(c.at("gradient_allreduce_op"), "gradient_allreduce_op", `use "mean" or a lower stage`, `gradient_allreduce_op "sum" is not supported with ZeRO stage 3`)
+	}
+	if z.MiCSShardSize > 0 && z.Stage != 3 {
+		c.s.warnf(c.at("zero_optimization.mics_shard_size"), "zero_optimization.mics_shard_size", "use stage 3 or remove it",
+			"mics_shard_size only applies to ZeRO stage 3; ignored at stage %d", z.Stage)
+	}
+	if z.HPZPartitionSize > 1 && z.Stage != 3 {
+		c.s.warnf(c.at("zero_optimization.zero_hpz_partition_size"), "zero_optimization.zero_hpz_partition_size", "use stage 3 or remove it",
+			"zero_hpz_partition_size only applies to ZeRO stage 3; ignored at stage %d", z.Stage)
+	}
+	if hasOpt && p.Mode == HFMode && c.at("optimizer") == nil && z.Stage > 0 && z.OffloadOptimizer.Device != OffloadNone && p.ZeroForceDSCPUOptimizer {
+		c.s.errorf(c.at("zero_optimization.offload_optimizer"), "optimizer",
+			`add an "optimizer" block (DeepSpeed then builds DeepSpeedCPUAdam), or set "zero_force_ds_cpu_optimizer": false`,
+			"ZeRO-Offload with the Trainer's own torch AdamW: DeepSpeed refuses a client optimizer with offload (ZeRORuntimeException)")
+	}
+}
