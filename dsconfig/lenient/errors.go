@@ -64,7 +64,7 @@ func isName(s string) bool {
 		return false
 	}
 	for _, r := range s {
-		if !(r == '_' || r == '-' || r >= '0' && r <= '9' || r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z') {
+		if !(r == '_' || r == '-' || unicode.IsLetter(r) || unicode.IsDigit(r)) {
 			return false
 		}
 	}
@@ -104,6 +104,14 @@ func excerpt(b []byte) string {
 		}
 	}
 	return s
+}
+
+// quoteShort quotes s, cut to 60 characters.
+func quoteShort(s string) string {
+	if utf8.RuneCountInString(s) > 60 {
+		return strconv.Quote(string([]rune(s)[:60])) + "…"
+	}
+	return strconv.Quote(s)
 }
 
 func firstField(b []byte) []byte {
@@ -263,7 +271,7 @@ func (p *parser) bareValue(off int, raw string) *Error {
 		at = " at " + p.pathString()
 	}
 	shown := excerpt([]byte(raw))
-	asString := fmt.Sprintf("DeepSpeed's Hjson reader would take it as the string %s", strconv.Quote(raw))
+	asString := fmt.Sprintf("DeepSpeed's Hjson reader would take it as the string %s", quoteShort(raw))
 	// word is the first token; when only closing punctuation follows it on
 	// the line (`auto,` or `auto}`), the token is what the author meant.
 	word := raw
@@ -314,7 +322,7 @@ func isJSONNumber(s string) bool {
 // isTemplate spots placeholders left by a templating step: ${x}, $x,
 // {{x}}, %(x)s and <x>.
 func isTemplate(s string) bool {
-	if strings.Contains(s, "${") || strings.Contains(s, "{{") || strings.Contains(s, "}}") || strings.Contains(s, "%(") {
+	if strings.Contains(s, "${") || strings.Contains(s, "{{") || strings.Contains(s, "%(") {
 		return true
 	}
 	if i := strings.IndexByte(s, '$'); i >= 0 && i+1 < len(s) {

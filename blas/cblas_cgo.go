@@ -1,0 +1,195 @@
+//go:build cgo
+
+package blas
+
+/*
+#cgo LDFLAGS: -ldl
+#include <dlfcn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+// CBLAS constants, fixed by the CBLAS standard (cblas.h): no header needed.
+enum { dsz_RowMajor = 101, dsz_NoTrans = 111, dsz_Trans = 112 };
+
+// cblas_sgemm with LP64 ints, as exported by libopenblas.so.0 and libblas.so.3.
+typedef void (*dsz_sgemm_fn)(int order, int transA, int transB, int m, int n, int k,
+	float alpha, const float *a, int lda, const float *b, int ldb,
+	float beta, float *c, int ldc);
+typedef void (*dsz_set_threads_fn)(int);
+typedef int (*dsz_get_threads_fn)(void);
+typedef char *(*dsz_get_config_fn)(void);
+
+// dsz_open dlopens name; on failure it copies dlerror's message into err,
+// because dlerror's own buffer belongs to the calling thread and the next
+// dl call may overwrite it.
+static void *dsz_open(const char *name, char *err, size_t errlen) {
+	void *h = dlopen(name, RTLD_NOW | RTLD_LOCAL);
+	if (h == NULL) {
+		const char *msg = dlerror();
+		snprintf(err, errlen, "%s", msg ? msg : "dlopen failed");
+	}
+	return h;
+}
+
+static void *dsz_sym(void *h, const char *name) {
+	return dlsym(h, name);
+}
+
+static void dsz_sgemm(void *fn, int ta, int tb, int m, int n, int k,
+		float alpha, const float *a, int lda, const float *b, int ldb,
+		float beta, float *c, int ldc) {
+	((dsz_sgemm_fn)fn)(dsz_RowMajor, ta ? dsz_Trans : dsz_NoTrans, tb ? dsz_Trans : dsz_NoTrans,
+		m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+}
+
+// dsz_sgemm_loop calls the same pointer reps times without leaving C: the
+// baseline BenchmarkSgemm sets the Go path against.
+static void dsz_sgemm_loop(void *fn, long reps, int ta, int tb, int m, int n, int k,
+		float alpha, const float *a, int lda, const float *b, int ldb,
+		float beta, float *c, int ldc) {
+	for (long i = 0; i < reps; i++) {
+		((dsz_sgemm_fn)fn)(dsz_RowMajor, ta ? dsz_Trans : dsz_NoTrans, tb ? dsz_Trans : dsz_NoTrans,
+			m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+	}
+}
+
+static void dsz_set_threads(void *fn, int n) { ((dsz_set_threads_fn)fn)(n); }
+static int dsz_get_threads(void *fn) { return ((dsz_get_threads_fn)fn)(); }
+static const char *dsz_get_config(void *fn) { return ((dsz_get_config_fn)fn)(); }
+*/
+import "C"
+
+import (
+	"fmt"
+	"strings"
+	"unsafe"
+)
+
+// cblasEngine calls cblas_sgemm of a library loaded at run time. The
+// function pointers stay valid for the life of the process (see the package
+// documentation).
+type cblasEngine struct {
+	library    string         // the name that loaded
+	handle     unsafe.Pointer // from dlopen, never closed
+	config     string         // openblas_get_config(), or "" for a non-OpenBLAS CBLAS
+	sgemm      unsafe.Pointer // cblas_sgemm
+	getThreads unsafe.Pointer // openblas_get_num_threads, or nil
+}
+
+var _ Engine = (*cblasEngine)(nil)
+
+// openCBLAS loads the first library in libs that exports cblas_sgemm and
+// sets its thread count when threads > 0.
+func openCBLAS(libs []string, threads int) (Engine, error) {
+	lerr := &LibraryError{}
+	for _, lib := range libs {
+		e, err := openOne(lib)
+		if err != nil {
+			lerr.Attempts = append(lerr.Attempts, Attempt{Library: lib, Err: err.Error()})
+			continue
+		}
+		if threads > 0 {
+			set := e.sym("openblas_set_num_threads")
+			if set == nil {
+				return nil, fmt.Errorf("blas: %s cannot set its thread count (no openblas_set_num_threads); leave threads at 0", lib)
+			}
+			C.dsz_set_threads(set, C.int(threads))
+		}
+		return e, nil
+	}
+	return nil, lerr
+}
+
+func openOne(lib string) (*cblasEngine, error) {
+	name := C.CString(lib)
+	defer C.free(unsafe.Pointer(name))
+	var errbuf [512]C.char
+	h := C.dsz_open(name, &errbuf[0], C.size_t(len(errbuf)))
+	if h == nil {
+		return nil, fmt.Errorf("%s", C.GoString(&errbuf[0]))
+	}
+	e := &cblasEngine{library: lib, handle: h}
+	if e.sgemm = e.sym("cblas_sgemm"); e.sgemm == nil {
+		// The handle is not closed: dlclose of a library that other code
+		// may share is not worth the risk for one failed probe.
+		return nil, fmt.Errorf("%s: no cblas_sgemm symbol", lib)
+	}
+	if cfg := e.sym("openblas_get_config"); cfg != nil {
+		if s := C.dsz_get_config(cfg); s != nil {
+			e.config = strings.TrimSpace(C.GoString(s))
+		}
+		if e.config == "" {
+			e.config = "OpenBLAS"
+		}
+	}
+	e.getThreads = e.sym("openblas_get_num_threads")
+	return e, nil
+}
+
+// sym looks up a symbol in the library, or returns nil.
+func (e *cblasEngine) sym(name string) unsafe.Pointer {
+	cs := C.CString(name)
+	defer C.free(unsafe.Pointer(cs))
+	return C.dsz_sym(e.handle, cs)
+}
+
+func (e *cblasEngine) Sgemm(transA, transB bool, m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, beta float32, c []float32, ldc int) {
+	if !prepare(transA, transB, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc) {
+		return
+	}
+	if !fitsCInt(m, n, k, lda, ldb, ldc) {
+		panic(fmt.Sprintf("blas.Sgemm: sizes m=%d n=%d k=%d lda=%d ldb=%d ldc=%d exceed the 32-bit int of %s", m, n, k, lda, ldb, ldc, e.library))
+	}
+	C.dsz_sgemm(e.sgemm, cbool(transA), cbool(transB), C.int(m), C.int(n), C.int(k),
+		C.float(alpha), (*C.float)(unsafe.Pointer(&a[0])), C.int(lda),
+		(*C.float)(unsafe.Pointer(&b[0])), C.int(ldb),
+		C.float(beta), (*C.float)(unsafe.Pointer(&c[0])), C.int(ldc))
+}
+
+func (e *cblasEngine) Name() string {
+	if e.config != "" {
+		return "openblas"
+	}
+	return "cblas"
+}
+
+func (e *cblasEngine) Description() string {
+	what := e.config
+	if what == "" {
+		what = "CBLAS"
+	}
+	s := fmt.Sprintf("%s (%s)", what, e.library)
+	if e.getThreads != nil {
+		n := int(C.dsz_get_threads(e.getThreads))
+		unit := "threads"
+		if n == 1 {
+			unit = "thread"
+		}
+		s += fmt.Sprintf(", %d %s", n, unit)
+	}
+	return s
+}
+
+func cbool(b bool) C.int {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// directSgemmLoop calls e's cblas_sgemm reps times from a C loop, with no
+// validation and no Go in between: the baseline for BenchmarkSgemm. It
+// reports false when e is not a CBLAS engine. The caller guarantees valid,
+// non-empty arguments.
+func directSgemmLoop(e Engine, reps int, transA, transB bool, m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, beta float32, c []float32, ldc int) bool {
+	ce, ok := e.(*cblasEngine)
+	if !ok {
+		return false
+	}
+	C.dsz_sgemm_loop(ce.sgemm, C.long(reps), cbool(transA), cbool(transB), C.int(m), C.int(n), C.int(k),
+		C.float(alpha), (*C.float)(unsafe.Pointer(&a[0])), C.int(lda),
+		(*C.float)(unsafe.Pointer(&b[0])), C.int(ldb),
+		C.float(beta), (*C.float)(unsafe.Pointer(&c[0])), C.int(ldc))
+	return true
+}
