@@ -3,7 +3,7 @@
 
 Run from dsconfig/lenient:
 
-    git clone https://github.com/hjson/hjson-py /tmp/hjson-py   # tag v3.1.0 or later commit 9351a27
+    git clone https://github.com/hjson/hjson-py /tmp/hjson-py   # commit 9351a27: release 3.1.0 plus a docs/index.html fix
     python3 testdata/hjsonpy/gen.py /tmp/hjson-py > testdata/hjsonpy/golden.json
 
 Each input is written to a file and read exactly as DeepSpeed's load_ds_config
