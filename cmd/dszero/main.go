@@ -3,6 +3,7 @@
 //
 // Usage:
 //
+//	dszero train [--deepspeed ds_config.json] [--model PRESET|DIR] [--data FILE] [HF flags]
 //	dszero config check FILE... [--world-size N] [HF flags]
 //	dszero config explain FILE [--world-size N] [HF flags] [--json]
 package main
@@ -16,6 +17,9 @@ import (
 const usage = `dszero: a DeepSpeed-ZeRO-compatible training engine in Go
 
 Usage:
+  dszero train [--deepspeed ds_config.json] [--model PRESET|DIR] [--data FILE] [--steps N]
+        [--seq T] [--json-log FILE] [--device-memory 4GiB] [HF flags]
+        train a GPT; with no arguments, the embedded small GPT on Tiny Shakespeare
   dszero config check FILE... [--world-size N] [HF flags]
         say whether DeepSpeed would accept each config, with every problem as
         file:line:col: path: message; exit 0 (accepted), 1 (rejected), 2 (usage)
@@ -41,6 +45,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 	switch args[0] {
 	case "config":
 		return runConfig(args[1:], stdout, stderr)
+	case "train":
+		return runTrain(args[1:], stdout, stderr)
 	case "help", "-h", "--help":
 		fmt.Fprint(stdout, usage)
 		return 0

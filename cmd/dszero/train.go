@@ -1,0 +1,210 @@
+package main
+
+import (
+	_ "embed"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/dszero/dszero/blas"
+	"github.com/dszero/dszero/data"
+	"github.com/dszero/dszero/device"
+	"github.com/dszero/dszero/dsconfig"
+	"github.com/dszero/dszero/mem"
+	"github.com/dszero/dszero/model/gpt"
+	"github.com/dszero/dszero/train"
+	"github.com/schollz/progressbar/v3"
+)
+
+//go:embed default_ds_config.json
+var defaultConfig []byte
+
+func runTrain(args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("dszero train", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	cfgPath := fs.String("deepspeed", "", "ds_config.json (default: the embedded default config)")
+	modelArg := fs.String("model", "small", "model preset ("+strings.Join(gpt.PresetNames(), ", ")+") or a Hugging Face GPT-2 directory (config.json + model.safetensors)")
+	dataPath := fs.String("data", "", "training text, or a nanoGPT .bin of uint16 token ids (default: embedded Tiny Shakespeare)")
+	steps := fs.Int("steps", 0, "optimizer steps (default: --max_steps, else the scheduler's total_num_steps, else 100)")
+	seq := fs.Int("seq", 0, "tokens per sample (default: min(model context, 128))")
+	jsonLog := fs.String("json-log", "", "write one JSON object per optimizer step to this file")
+	devMem := fs.String("device-memory", "", "per-rank device memory budget, e.g. 4GiB (default unlimited)")
+	seed := fs.Uint64("seed", 1234, "seed of the random initialization")
+	ckpt := fs.Bool("gradient_checkpointing", false, "recompute each block in backward (also on with an activation_checkpointing block)")
+	blasName := fs.String("blas", "auto", "matmul backend: auto, openblas or gonum")
+	threads := fs.Int("threads", 0, "BLAS threads (default: OpenBLAS's own)")
+	quiet := fs.Bool("quiet", false, "no progress bar")
+	hf := hfFlags(fs)
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(stderr, "dszero train: unexpected argument %q\n", fs.Arg(0))
+		return 2
+	}
+	fail := func(format string, a ...any) int {
+		fmt.Fprintf(stderr, "dszero train: "+format+"\n", a...)
+		return 1
+	}
+
+	name, raw := "<embedded default ds_config>", defaultConfig
+	if *cfgPath != "" {
+		b, err := readConfigInput(*cfgPath)
+		if err != nil {
+			return fail("%v", err)
+		}
+		name, raw = *cfgPath, b
+	}
+	hfArgs := hf()
+	plan, diags := dsconfig.Compile(name, raw, dsconfig.Options{WorldSize: 1, HF: hfArgs})
+	for _, d := range diags {
+		if d.Severity == dsconfig.Error || d.Severity == dsconfig.Warning || d.Severity == dsconfig.Unsupported {
+			fmt.Fprintln(stderr, d.String())
+		}
+	}
+	if diags.HasErrors() {
+		return fail("%s: the config has errors (see above)", name)
+	}
+
+	acct := mem.NewAccountant(0)
+	if *devMem != "" {
+		n, err := device.ParseBytes(*devMem)
+		if err != nil {
+			return fail("--device-memory: %v", err)
+		}
+		acct.SetCapacity(mem.Device, n)
+	}
+	backend, err := blas.ParseBackend(*blasName)
+	if err != nil {
+		return fail("--blas: %v", err)
+	}
+	engine, err := blas.New(blas.Options{Backend: backend, Threads: *threads})
+	if err != nil {
+		return fail("%v", err)
+	}
+
+	var mcfg gpt.Config
+	var init []float32
+	if st, err := os.Stat(*modelArg); err == nil && st.IsDir() {
+		if mcfg, init, err = gpt.ReadDir(*modelArg); err != nil {
+			return fail("--model %s: %v", *modelArg, err)
+		}
+	} else if mcfg, err = gpt.Preset(*modelArg); err != nil {
+		return fail("--model: %v (or give a directory with config.json and model.safetensors)", err)
+	}
+	corpus := data.TinyShakespeare()
+	if *dataPath != "" {
+		if corpus, err = data.Load(*dataPath); err != nil {
+			return fail("%v", err)
+		}
+	}
+	if corpus.Vocab > mcfg.Vocab {
+		return fail("--data %s has token ids up to %d but the model's vocabulary is %d; use a model with a larger vocabulary", corpus.Name, corpus.Vocab-1, mcfg.Vocab)
+	}
+	T := *seq
+	if T == 0 {
+		T = min(mcfg.Context, 128)
+	}
+	if T > mcfg.Context {
+		return fail("--seq %d is longer than the model's context of %d tokens", T, mcfg.Context)
+	}
+	n := *steps
+	switch {
+	case n > 0:
+	case hfArgs != nil && hfArgs.MaxSteps > 0:
+		n = int(hfArgs.MaxSteps)
+	case plan.Scheduler.TotalNumSteps > 0:
+		n = int(plan.Scheduler.TotalNumSteps)
+	default:
+		n = 100
+	}
+	B, gas := int(plan.Batch.TrainMicroBatchSizePerGPU), int(plan.Batch.GradientAccumulationSteps)
+	loader, err := data.NewLoader(corpus, data.Layout{B: B, T: T, GAS: gas, World: 1})
+	if err != nil {
+		return fail("%v", err)
+	}
+	var logw *json.Encoder
+	if *jsonLog != "" {
+		f, err := os.Create(*jsonLog)
+		if err != nil {
+			return fail("--json-log: %v", err)
+		}
+		defer f.Close()
+		logw = json.NewEncoder(f)
+	}
+	fmt.Fprintf(stdout, "dszero: %s | model %s (%s parameters) | data %s (%d tokens)\n", name, *modelArg, count0(mcfg.NumParams()), corpus.Name, corpus.Len())
+	fmt.Fprintf(stdout, "        %s | batch %d × %d tokens × %d accumulation | %d steps | matmul: %s\n",
+		summary(plan), B, T, gas, n, engine.Description())
+	var bar *progressbar.ProgressBar
+	if !*quiet {
+		bar = progressbar.NewOptions(n, progressbar.OptionSetWriter(stderr), progressbar.OptionSetDescription("training"),
+			progressbar.OptionShowCount(), progressbar.OptionThrottle(200*time.Millisecond), progressbar.OptionClearOnFinish())
+	}
+	var first, last train.Record
+	start := time.Now()
+	_, err = train.Run(train.Config{Plan: plan, Model: mcfg, Init: init, Seed: *seed, Batches: loader, SeqLen: T, Steps: n, Acct: acct, Gemm: engine,
+		Checkpoint: *ckpt || plan.ActivationCheckpointing.Present, CPUCheckpoint: plan.ActivationCheckpointing.CPUCheckpointing},
+		func(r train.Record) error {
+			if r.Step == 1 {
+				first = r
+			}
+			last = r
+			if bar != nil {
+				bar.Add(1)
+			}
+			if logw != nil {
+				if err := logw.Encode(r); err != nil {
+					return fmt.Errorf("--json-log: %w", err)
+				}
+			}
+			if every := plan.StepsPerPrint; every > 0 && r.Step%every == 0 || r.Step == 1 || int(r.Step) == n {
+				if bar != nil {
+					bar.Clear()
+				}
+				fmt.Fprintf(stdout, "step %5d/%d | loss %.4f | lr %.3e | loss scale %g | grad norm %.3f%s | %.0f tokens/s | peak %s\n",
+					r.Step, n, r.Loss, r.LR, r.LossScale, r.GradNorm, skipped(r.Skipped), r.TokensPerS, mem.FormatBytes(r.Peak["total"]))
+			}
+			return nil
+		})
+	if bar != nil {
+		bar.Finish()
+	}
+	if err != nil {
+		return fail("%v", err)
+	}
+	el := time.Since(start)
+	fmt.Fprintf(stdout, "done: %d steps in %s, loss %.4f → %.4f, %.0f tokens/s overall\n", last.Step, el.Round(time.Millisecond), first.Loss, last.Loss,
+		float64(int(last.Step)*B*T*gas)/el.Seconds())
+	s := acct.Snapshot()
+	fmt.Fprintf(stdout, "peak device memory %s:", mem.FormatBytes(s.PeakTotal[mem.Device]))
+	for _, c := range mem.Categories() {
+		if v := s.PeakBytes(mem.Device, c); v > 0 {
+			fmt.Fprintf(stdout, " %s %s,", c, mem.FormatBytes(v))
+		}
+	}
+	fmt.Fprintln(stdout)
+	return 0
+}
+
+func skipped(b bool) string {
+	if b {
+		return " (overflow: step skipped)"
+	}
+	return ""
+}
+
+func count0(n int) string {
+	switch {
+	case n >= 1e9:
+		return fmt.Sprintf("%.2fB", float64(n)/1e9)
+	case n >= 1e6:
+		return fmt.Sprintf("%.2fM", float64(n)/1e6)
+	case n >= 1e3:
+		return fmt.Sprintf("%.1fK", float64(n)/1e3)
+	}
+	return fmt.Sprint(n)
+}

@@ -1,0 +1,46 @@
+package gpt
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"testing"
+)
+
+// BenchmarkGPTStep times one Forward+Backward (a micro-step) with the gonum
+// Gemmer and reports tokens/s of wall time and tokens per CPU-second (all
+// threads; robust on a shared machine). Run with e.g.
+//
+//	go test ./model/gpt -run '^$' -bench GPTStep/small -benchtime 3x
+func BenchmarkGPTStep(b *testing.B) {
+	for _, bc := range []struct {
+		preset string
+		T      int
+	}{{"small", 128}, {"gpt2", 64}} {
+		for _, B := range []int{1, 2, 4} {
+			b.Run(fmt.Sprintf("%s/B=%d/T=%d", bc.preset, B, bc.T), func(b *testing.B) {
+				cfg, err := Preset(bc.preset)
+				if err != nil {
+					b.Fatal(err)
+				}
+				l := cfg.Layout()
+				params := make([]float32, l.Numel)
+				l.InitRange(1, params, 0)
+				m, _ := newTestModel(b, cfg, Options{}, params)
+				rng := rand.New(rand.NewPCG(1, 2))
+				tokens := randomTokens(rng, B*bc.T, cfg.Vocab)
+				targets := randomTokens(rng, B*bc.T, cfg.Vocab)
+				step(b, m, tokens, targets, B, 1) // warm-up: allocates the activations
+				cpu0 := cpuTime()
+				b.ResetTimer()
+				for b.Loop() {
+					step(b, m, tokens, targets, B, 1)
+				}
+				n := float64(B*bc.T) * float64(b.N)
+				b.ReportMetric(n/b.Elapsed().Seconds(), "tokens/s")
+				if cpu := (cpuTime() - cpu0).Seconds(); cpu > 0 {
+					b.ReportMetric(n/cpu, "tokens/cpu-s")
+				}
+			})
+		}
+	}
+}

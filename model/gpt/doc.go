@@ -1,0 +1,77 @@
+// Package gpt is a GPT-2 written by hand, forward and backward, in the
+// style of llm.c's train_gpt2.c: every layer has a forward and a
+// mirror-image backward, and all parameters live in one flat buffer.
+//
+// # Shapes
+//
+// B = batch size, T = sequence length (≤ Context), C = model width,
+// NH = heads, HS = C/NH, M = MLP width (default 4C), V = vocabulary,
+// L = blocks, N = B*T rows. Tensors are row-major float32.
+//
+// # Architecture
+//
+//	x      = wte[tokens] + wpe[0..T-1]                              (B, T, C)
+//	block: x = x + attn.proj(attention(attn.qkv(ln1(x))))           causal, fused qkv
+//	       x = x + mlp.proj(gelu_tanh(mlp.fc(ln2(x))))
+//	logits = ln_f(x) · headᵀ                                        (B, T, V)
+//	loss   = mean over the N positions of cross_entropy(logits, targets)
+//
+// LayerNorm uses the biased variance and Eps (1e-5). The head is
+// lm_head.weight (no bias) or, when Tied, wte itself.
+//
+// # Flat buffer, views, units
+//
+// The parameters are one []float32 in the harness TinyGPT's
+// named_parameters order (Config.Layout documents it): wte, wpe, then per
+// block ln1, attn.qkv, attn.proj, ln2, mlp.fc, mlp.proj (weights in
+// PyTorch Linear layout (out, in)), then ln_f and lm_head. The model only
+// holds views into a buffer the caller binds (Model.Bind); gradients go to
+// a second buffer of the same layout and ACCUMULATE (+=) across Backward
+// calls, so gradient accumulation is just several Forward/Backward pairs.
+// The units are embeddings (0), blocks.l (1+l) and head (L+1); the
+// optional UnitHooks are called around each unit in both passes.
+//
+// # Activations and checkpointing
+//
+// Activations for a (B, T) are allocated through the mem.Accountant as
+// mem.Activations in the device tier when a shape is first seen, reused by
+// later steps that fit, and freed by Close. After warm-up a step allocates
+// nothing. With Options.Checkpoint only each block's input (B, T, C) is
+// kept; backward recomputes the block's forward into a single shared set
+// of block activations first. Gradients are bit-identical either way.
+// With Options.CPUCheckpoint the saved inputs are accounted in the
+// pinned-host tier, as DeepSpeed's cpu_checkpointing moves them to host.
+//
+// # 16-bit compute emulation
+//
+// Options.Round (model.RoundBF16 or model.RoundFP16) emulates a bf16/fp16
+// model on the CPU the way PyTorch computes it: each op reads 16-bit
+// values, computes in float32 and rounds its output once. The engine
+// keeps the bound parameters rounded. Rounded tensors, forward: the
+// embedding sum; each LayerNorm output; each Linear output (bias
+// included); the attention scores after the 1/√HS scale, the softmax
+// probabilities and att·v; each residual sum; the GELU output; the
+// logits. The loss is computed in float32 on the rounded logits.
+// Backward: dlogits; every Linear's input gradient and its weight and
+// bias gradients; each LayerNorm's input, weight and bias gradients; the
+// GELU input gradient; d(att), d(scores) and dq, dk, dv; each residual
+// sum of two gradient paths; wte's gradient after each added row, wpe's
+// once. Each parameter's gradient of one Backward is rounded before it is
+// added to the float32 gradient buffer, like a 16-bit .grad added into
+// fp32 accumulators (DeepSpeed's BF16_Optimizer). This is the op list of
+// the harness's fp16emu.py, which matches torch's bf16 CPU kernels
+// except where those accumulate in 16 bits.
+//
+// # Precision notes (float32)
+//
+// Linear layers follow torch's addmm: bias copied into the output, then
+// one GEMM with beta = 1; the GEMM order is the Gemmer's. Reductions that
+// torch does in float32 (LayerNorm moments, softmax sums, bias and
+// LayerNorm parameter gradients, the mean loss) are accumulated in
+// float64 here; GELU and exp are evaluated in float64. Results agree with
+// PyTorch to about 1e-7 relative, not bit for bit. Each parameter
+// gradient of a Backward is computed whole into a scratch and then added
+// to the gradient buffer, as PyTorch's AccumulateGrad does (grad + new).
+// With tied embeddings the head's and the embedding's contributions to
+// wte are added one after the other (PyTorch sums them first).
+package gpt

@@ -1,0 +1,333 @@
+package gpt
+
+import "math"
+
+// Layers, each a forward and its mirror-image backward. Shapes use
+// B (batch), T (sequence), N = B*T rows, C (width), M (MLP width),
+// V (vocabulary). Forward outputs are written (=); backward writes
+// activation gradients (=) and accumulates parameter gradients (+=).
+//
+// Every op output goes through m.round (16-bit emulation, a no-op
+// otherwise). A parameter gradient of one Backward is computed whole into
+// a scratch (gradTarget), rounded with Round, and added to the gradient
+// buffer (gradCommit), like PyTorch's AccumulateGrad and like a 16-bit
+// .grad added into fp32 accumulators.
+
+// jobs are the model's pre-allocated pool tasks (a dispatch allocates
+// nothing).
+type jobs struct {
+	gelu  geluJob
+	ce    ceJob
+	attn  attnJob
+	attnB attnBackJob
+}
+
+func (m *Model) round(s []float32) {
+	if m.opt.Round != nil {
+		m.opt.Round(s)
+	}
+}
+
+// gradTarget returns the zeroed scratch where a parameter gradient of
+// this Backward is computed, before gradCommit adds it to grad. As in
+// PyTorch, a micro-step's gradient is computed whole and then added to
+// the accumulated .grad (AccumulateGrad: grad + new), so the sum does not
+// depend on how the Gemmer blocks its accumulation.
+func (m *Model) gradTarget(grad []float32) []float32 {
+	dst := m.pg[:len(grad)]
+	clear(dst)
+	return dst
+}
+
+// gradCommit rounds the fresh gradient (with Round) and adds it to grad.
+func (m *Model) gradCommit(grad, dst []float32) {
+	m.round(dst)
+	grad = grad[:len(dst)]
+	for i, v := range dst {
+		grad[i] += v
+	}
+}
+
+// encoderForward: out[b,t,:] = wte[tokens[b,t],:] + wpe[t,:].
+func (m *Model) encoderForward(out []float32, tokens []int32, wte, wpe []float32, B, T int) {
+	C := m.cfg.Dim
+	for b := range B {
+		for t := range T {
+			o := out[(b*T+t)*C:][:C]
+			te := wte[int(tokens[b*T+t])*C:][:C]
+			pe := wpe[t*C:][:C]
+			for i := range o {
+				o[i] = te[i] + pe[i]
+			}
+		}
+	}
+	m.round(out[:B*T*C])
+}
+
+// encoderBackward: dwte[tokens[b,t],:] += dout[b,t,:], dwpe[t,:] += dout[b,t,:].
+// With Round the wte rows are rounded after each add, as a 16-bit
+// index_add does; the wpe gradient is summed over the batch in fp32 and
+// rounded once.
+func (m *Model) encoderBackward(dwte, dwpe, dout []float32, tokens []int32, B, T int) {
+	C := m.cfg.Dim
+	wpeRows := dwpe[:T*C]
+	dst := m.gradTarget(wpeRows)
+	for b := range B {
+		for t := range T {
+			d, o := dst[t*C:][:C], dout[(b*T+t)*C:][:C]
+			for i := range d {
+				d[i] += o[i]
+			}
+		}
+	}
+	m.gradCommit(wpeRows, dst)
+
+	dst = m.gradTarget(dwte)
+	for bt, tok := range tokens[:B*T] {
+		d, o := dst[int(tok)*C:][:C], dout[bt*C:][:C]
+		for i := range d {
+			d[i] += o[i]
+		}
+		m.round(d)
+	}
+	m.gradCommit(dwte, dst)
+}
+
+// layernormForward normalises each of the N rows of inp (N, C):
+// out = (x*rstd - mean*rstd) * w + b, rstd = 1/sqrt(var + eps) with the
+// biased variance; mean and rstd (N) are kept for backward. The moments
+// are accumulated in float64 and rounded to float32, the rest is float32
+// in PyTorch's order.
+func (m *Model) layernormForward(out, mean, rstd, inp, w, b []float32, N int) {
+	C, eps := m.cfg.Dim, m.cfg.Eps
+	for r := range N {
+		x := inp[r*C:][:C]
+		var s float64
+		for _, v := range x {
+			s += float64(v)
+		}
+		mu := s / float64(C)
+		var ss float64
+		for _, v := range x {
+			d := float64(v) - mu
+			ss += d * d
+		}
+		mu32, var32 := float32(mu), float32(ss/float64(C))
+		rs := 1 / float32(math.Sqrt(float64(var32+eps)))
+		shift := -rs * mu32
+		o := out[r*C:][:C]
+		for i := range o {
+			o[i] = (x[i]*rs+shift)*w[i] + b[i]
+		}
+		mean[r], rstd[r] = mu32, rs
+	}
+	m.round(out[:N*C])
+}
+
+// layernormBackward writes dinp (N, C) and accumulates dw, db (C):
+//
+//	dinp = rstd*dout*w + k1*x + k2,  k1 = (Σ dout*w*mean - Σ dout*w*x) * rstd³/C,
+//	                                 k2 = -k1*mean - Σ dout*w * rstd/C
+//	dw += Σ_rows dout * (x*rstd - mean*rstd),  db += Σ_rows dout
+func (m *Model) layernormBackward(dinp, dw, db, dout, inp, w, mean, rstd []float32, N int) {
+	C := m.cfg.Dim
+	invC := 1 / float32(C)
+	for r := range N {
+		x, dy, dx := inp[r*C:][:C], dout[r*C:][:C], dinp[r*C:][:C]
+		var ds, dbs float64
+		for i := range dy {
+			dyw := float64(dy[i] * w[i])
+			ds += dyw * float64(x[i])
+			dbs += dyw
+		}
+		a := rstd[r]
+		k1 := (float32(dbs)*mean[r] - float32(ds)) * a * a * a * invC
+		k2 := -k1*mean[r] - float32(dbs)*a*invC
+		for i := range dx {
+			dx[i] = a*dy[i]*w[i] + k1*x[i] + k2
+		}
+	}
+	m.round(dinp[:N*C])
+
+	acc := m.colAcc[:2*C]
+	clear(acc)
+	accW, accB := acc[:C], acc[C:]
+	for r := range N {
+		x, dy := inp[r*C:][:C], dout[r*C:][:C]
+		a := rstd[r]
+		shift := -a * mean[r]
+		for i := range dy {
+			accW[i] += float64(dy[i] * (x[i]*a + shift))
+			accB[i] += float64(dy[i])
+		}
+	}
+	m.addColumnSums(dw, accW)
+	m.addColumnSums(db, accB)
+}
+
+// addColumnSums adds float64 sums into a parameter gradient.
+func (m *Model) addColumnSums(grad []float32, sums []float64) {
+	dst := m.gradTarget(grad)
+	for i, s := range sums {
+		dst[i] = float32(s)
+	}
+	m.gradCommit(grad, dst)
+}
+
+// matmulForward is a Linear layer: out (N, OC) = inp (N, IC) · wᵀ + bias,
+// w (OC, IC) in PyTorch layout, bias (OC) or nil. Like torch's addmm the
+// bias is copied into out first and the product added with beta = 1.
+func (m *Model) matmulForward(out, inp, w, bias []float32, N, IC, OC int) {
+	var beta float32
+	if bias != nil {
+		for r := range N {
+			copy(out[r*OC:][:OC], bias)
+		}
+		beta = 1
+	}
+	m.gemm.Sgemm(false, true, N, OC, IC, 1, inp, IC, w, IC, beta, out, OC)
+	m.round(out[:N*OC])
+}
+
+// matmulBackward: dinp (N, IC) = dout (N, OC) · w; dw (OC, IC) += doutᵀ · inp;
+// dbias (OC) += Σ_rows dout (dbias nil: no bias).
+func (m *Model) matmulBackward(dinp, dw, dbias, dout, inp, w []float32, N, IC, OC int) {
+	m.gemm.Sgemm(false, false, N, IC, OC, 1, dout, OC, w, IC, 0, dinp, IC)
+	m.round(dinp[:N*IC])
+	dst := m.gradTarget(dw)
+	m.gemm.Sgemm(true, false, OC, IC, N, 1, dout, OC, inp, IC, 0, dst, IC)
+	m.gradCommit(dw, dst)
+	if dbias != nil {
+		acc := m.colAcc[:OC]
+		clear(acc)
+		for r := range N {
+			for i, v := range dout[r*OC:][:OC] {
+				acc[i] += float64(v)
+			}
+		}
+		m.addColumnSums(dbias, acc)
+	}
+}
+
+// residualForward: out = x + y (out may alias x or y).
+func (m *Model) residualForward(out, x, y []float32) {
+	for i := range out {
+		out[i] = x[i] + y[i]
+	}
+	m.round(out)
+}
+
+// residualBackward adds a branch's input gradient into the residual
+// stream's gradient: dres += dbranch (autograd's sum of two uses).
+func (m *Model) residualBackward(dres, dbranch []float32) {
+	for i := range dres {
+		dres[i] += dbranch[i]
+	}
+	m.round(dres)
+}
+
+// GELU, tanh approximation: gelu(x) = 0.5·x·(1 + tanh(√(2/π)·(x + 0.044715·x³))).
+const (
+	geluBeta  = 0.7978845608028654 // √(2/π)
+	geluKappa = 0.044715
+)
+
+type geluJob struct {
+	out, inp, dout []float32
+	backward       bool
+}
+
+func (j *geluJob) runRange(lo, hi int) {
+	if !j.backward {
+		for i := lo; i < hi; i++ {
+			x := float64(j.inp[i])
+			j.out[i] = float32(0.5 * x * (1 + math.Tanh(geluBeta*(x+geluKappa*x*x*x))))
+		}
+		return
+	}
+	for i := lo; i < hi; i++ {
+		x := float64(j.inp[i])
+		th := math.Tanh(geluBeta * (x + geluKappa*x*x*x))
+		left := 0.5 * (1 + th)
+		right := 0.5 * x * (1 - th*th) * geluBeta * (1 + 3*geluKappa*x*x)
+		j.out[i] = float32(float64(j.dout[i]) * (left + right))
+	}
+}
+
+// geluForward: out = gelu(inp), elementwise, computed in float64.
+func (m *Model) geluForward(out, inp []float32) {
+	m.jobs.gelu = geluJob{out: out, inp: inp}
+	m.pool.run(len(out), 4096, &m.jobs.gelu)
+	m.jobs.gelu = geluJob{}
+	m.round(out)
+}
+
+// geluBackward: dinp = dout · gelu'(inp) (dinp may alias dout).
+func (m *Model) geluBackward(dinp, inp, dout []float32) {
+	m.jobs.gelu = geluJob{out: dinp, inp: inp, dout: dout, backward: true}
+	m.pool.run(len(dinp), 4096, &m.jobs.gelu)
+	m.jobs.gelu = geluJob{}
+	m.round(dinp)
+}
+
+// ceJob is the softmax cross-entropy over rows [lo, hi) of logits (N, V).
+type ceJob struct {
+	logits, lseMax, lseLog, losses []float32
+	targets                        []int32
+	V                              int
+	d                              float32 // backward: dloss per position
+	backward                       bool
+}
+
+func (j *ceJob) runRange(lo, hi int) {
+	V := j.V
+	for r := lo; r < hi; r++ {
+		x := j.logits[r*V:][:V]
+		t := int(j.targets[r])
+		if !j.backward {
+			// log_softmax as PyTorch: (x - max) - log(Σ exp(x - max)).
+			mx := x[0]
+			for _, v := range x[1:] {
+				mx = max(mx, v)
+			}
+			var sum float64
+			for _, v := range x {
+				sum += math.Exp(float64(v - mx))
+			}
+			lg := float32(math.Log(sum))
+			j.lseMax[r], j.lseLog[r] = mx, lg
+			j.losses[r] = -((x[t] - mx) - lg)
+			continue
+		}
+		// dlogits = (softmax - onehot(t)) · d, in place.
+		mx, lg, d := j.lseMax[r], j.lseLog[r], j.d
+		for i, v := range x {
+			p := float32(math.Exp(float64((v - mx) - lg)))
+			x[i] = p * d
+		}
+		x[t] -= d
+	}
+}
+
+// crossentropyForward writes per-position losses (N) and the row
+// statistics backward needs, and returns the mean loss (summed in
+// float64).
+func (m *Model) crossentropyForward(losses, lseMax, lseLog, logits []float32, targets []int32, N int) float32 {
+	m.jobs.ce = ceJob{logits: logits, lseMax: lseMax, lseLog: lseLog, losses: losses, targets: targets, V: m.cfg.Vocab}
+	m.pool.run(N, 1, &m.jobs.ce)
+	m.jobs.ce = ceJob{}
+	var sum float64
+	for _, l := range losses[:N] {
+		sum += float64(l)
+	}
+	return float32(sum / float64(N))
+}
+
+// crossentropyBackward turns logits (N, V) into dlogits in place, for a
+// loss gradient of d per position (dlossScale/N for a mean).
+func (m *Model) crossentropyBackward(logits, lseMax, lseLog []float32, targets []int32, d float32, N int) {
+	m.jobs.ce = ceJob{logits: logits, lseMax: lseMax, lseLog: lseLog, targets: targets, V: m.cfg.Vocab, d: d, backward: true}
+	m.pool.run(N, 1, &m.jobs.ce)
+	m.jobs.ce = ceJob{}
+	m.round(logits[:N*m.cfg.Vocab])
+}

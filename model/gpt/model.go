@@ -1,0 +1,395 @@
+package gpt
+
+import (
+	"errors"
+	"fmt"
+	"runtime"
+
+	"github.com/dszero/dszero/mem"
+	"github.com/dszero/dszero/model"
+)
+
+// Options are a Model's dependencies and switches.
+type Options struct {
+	// Gemm runs every matrix multiplication. Required.
+	Gemm model.Gemmer
+	// Acct accounts the activations (mem.Activations) and a scratch the
+	// size of the largest parameter tensor where each parameter gradient
+	// is computed before it is added to the gradient buffer (mem.Temp).
+	// Required.
+	Acct *mem.Accountant
+	// Hooks, if set, is called at every unit boundary of both passes.
+	Hooks model.UnitHooks
+	// Checkpoint keeps only each block's input during forward and
+	// recomputes the block's forward during backward (activation
+	// checkpointing, one block per checkpoint).
+	Checkpoint bool
+	// CPUCheckpoint accounts the saved block inputs in the pinned-host
+	// tier instead of the device (DeepSpeed's cpu_checkpointing). It
+	// requires Checkpoint.
+	CPUCheckpoint bool
+	// Round, if set, emulates 16-bit compute: it is applied to the output
+	// of every op, forward and backward (see doc.go for the list), e.g.
+	// model.RoundBF16. The parameters must already hold 16-bit values.
+	// It is called from several goroutines at once on disjoint slices.
+	Round func([]float32)
+	// Workers bounds the goroutines of the attention, GELU and
+	// cross-entropy loops; 0 means GOMAXPROCS.
+	Workers int
+}
+
+// passState is where a Model is between Forward and Backward.
+type passState int
+
+const (
+	idle          passState = iota // no activations to use
+	forwardLogits                  // Forward ran without targets: logits valid, no Backward
+	forwardLoss                    // Forward ran with targets: Backward may run once
+)
+
+// Model is a GPT-2 that computes on a flat parameter buffer and
+// accumulates into a flat gradient buffer of the same layout. It is not
+// safe for concurrent use.
+type Model struct {
+	cfg    Config
+	layout model.Layout
+	opt    Options
+	gemm   model.Gemmer
+	acct   *mem.Accountant
+	pool   *pool
+
+	params, grads []float32 // bound flat buffers, layout.Numel each
+	p, g          views     // named views of params and grads
+
+	a        acts
+	devBuf   []float32 // accounted activations, device tier
+	savedBuf []float32 // accounted checkpointed block inputs, pinned-host tier
+	intBytes int64     // accounted bytes of a.tokens and a.targets
+
+	pg     []float32 // one parameter's fresh gradient, largest tensor's size (mem.Temp)
+	colAcc []float64 // column sums for bias and LayerNorm parameter gradients
+
+	state passState
+	jobs  jobs
+}
+
+// New builds a model for cfg (defaults applied, then validated). Bind
+// the parameter and gradient buffers before Forward.
+func New(cfg Config, opt Options) (*Model, error) {
+	cfg = cfg.WithDefaults()
+	var errs []error
+	if err := cfg.Validate(); err != nil {
+		errs = append(errs, err)
+	}
+	if opt.Gemm == nil {
+		errs = append(errs, errors.New("gpt: Options.Gemm is required"))
+	}
+	if opt.Acct == nil {
+		errs = append(errs, errors.New("gpt: Options.Acct is required"))
+	}
+	if opt.CPUCheckpoint && !opt.Checkpoint {
+		errs = append(errs, errors.New("gpt: Options.CPUCheckpoint requires Options.Checkpoint"))
+	}
+	if opt.Workers < 0 {
+		errs = append(errs, fmt.Errorf("gpt: Options.Workers = %d, must be >= 0", opt.Workers))
+	}
+	if len(errs) > 0 {
+		return nil, errors.Join(errs...)
+	}
+	m := &Model{cfg: cfg, layout: cfg.Layout(), opt: opt, gemm: opt.Gemm, acct: opt.Acct}
+	if m.layout.Numel != cfg.NumParams() {
+		panic("gpt: layout and NumParams disagree")
+	}
+	m.colAcc = make([]float64, max(3*cfg.Dim, cfg.MLP, 2*cfg.Dim))
+	largest := 0
+	for _, s := range m.layout.Specs {
+		largest = max(largest, s.Numel)
+	}
+	var err error
+	if m.pg, err = m.acct.F32(mem.Temp, mem.Device, largest); err != nil {
+		return nil, fmt.Errorf("gpt: gradient scratch: %w", err)
+	}
+	w := opt.Workers
+	if w == 0 {
+		w = runtime.GOMAXPROCS(0)
+	}
+	m.pool = newPool(w)
+	return m, nil
+}
+
+// Config is the model's configuration (defaults applied).
+func (m *Model) Config() Config { return m.cfg }
+
+// Layout is the flat-buffer layout.
+func (m *Model) Layout() *model.Layout { return &m.layout }
+
+// Specs lists the parameter tensors in flat-buffer order.
+func (m *Model) Specs() []model.ParamSpec { return m.layout.Specs }
+
+// Units lists the units: embeddings, one per block, head.
+func (m *Model) Units() []model.Unit { return m.layout.Units }
+
+// NumParams is the length of the flat buffers.
+func (m *Model) NumParams() int { return m.layout.Numel }
+
+// Bind points the model at a parameter buffer and a gradient buffer, each
+// NumParams long. grads may be nil for forward-only use. The model keeps
+// the slices; whoever owns them may change their contents between passes
+// (a ZeRO stage gathers into params in a BeforeForward hook).
+func (m *Model) Bind(params, grads []float32) error {
+	if len(params) != m.layout.Numel {
+		return fmt.Errorf("gpt: parameter buffer has %d elements, the model %d", len(params), m.layout.Numel)
+	}
+	if grads != nil && len(grads) != m.layout.Numel {
+		return fmt.Errorf("gpt: gradient buffer has %d elements, the model %d", len(grads), m.layout.Numel)
+	}
+	m.params, m.grads = params, grads
+	m.p.cut(&m.layout, m.cfg, params)
+	if grads != nil {
+		m.g.cut(&m.layout, m.cfg, grads)
+	} else {
+		m.g = views{}
+	}
+	return nil
+}
+
+// Params and Grads return the bound buffers.
+func (m *Model) Params() []float32 { return m.params }
+func (m *Model) Grads() []float32  { return m.grads }
+
+// Close frees the activations and stops the worker goroutines.
+func (m *Model) Close() {
+	m.freeActs()
+	if m.pg != nil {
+		m.acct.FreeF32(mem.Temp, mem.Device, m.pg)
+		m.pg = nil
+	}
+	if m.pool != nil {
+		m.pool.close()
+		m.pool = nil
+	}
+	m.state = idle
+}
+
+// Logits returns the (B, T, V) logits of the last Forward; valid until
+// Backward, which overwrites them with their gradient.
+func (m *Model) Logits() []float32 {
+	if m.state == idle {
+		return nil
+	}
+	return m.a.logits
+}
+
+// Forward runs the model on tokens, B sequences of T = len(tokens)/B ids
+// (row-major (B, T)). With targets (same shape) it returns the mean
+// cross-entropy over the B*T positions and keeps what Backward needs;
+// with nil targets it computes only the logits and returns 0.
+func (m *Model) Forward(tokens []int32, B int, targets []int32) (float32, error) {
+	m.state = idle
+	if m.params == nil {
+		return 0, errors.New("gpt: Forward before Bind")
+	}
+	if m.pool == nil {
+		return 0, errors.New("gpt: Forward after Close")
+	}
+	if B <= 0 || len(tokens) == 0 || len(tokens)%B != 0 {
+		return 0, fmt.Errorf("gpt: %d tokens do not form B=%d sequences", len(tokens), B)
+	}
+	T := len(tokens) / B
+	if T > m.cfg.Context {
+		return 0, fmt.Errorf("gpt: sequence length %d exceeds the context %d", T, m.cfg.Context)
+	}
+	if targets != nil && len(targets) != len(tokens) {
+		return 0, fmt.Errorf("gpt: %d targets for %d tokens", len(targets), len(tokens))
+	}
+	if err := checkIDs("token", tokens, m.cfg.Vocab); err != nil {
+		return 0, err
+	}
+	if err := checkIDs("target", targets, m.cfg.Vocab); err != nil {
+		return 0, err
+	}
+	if err := m.ensureActs(B, T); err != nil {
+		return 0, err
+	}
+	a := &m.a
+	copy(a.tokens, tokens)
+	L, N := m.cfg.Layers, B*T
+
+	if err := m.hook(hookBeforeForward, 0); err != nil {
+		return 0, err
+	}
+	m.encoderForward(a.res[0], a.tokens, m.p.wte, m.p.wpe, B, T)
+	if err := m.hook(hookAfterForward, 0); err != nil {
+		return 0, err
+	}
+	for l := range L {
+		if err := m.hook(hookBeforeForward, 1+l); err != nil {
+			return 0, err
+		}
+		m.blockForward(l, a.res[l], m.blockActs(l), a.res[l+1])
+		if err := m.hook(hookAfterForward, 1+l); err != nil {
+			return 0, err
+		}
+	}
+	head := L + 1
+	if err := m.hook(hookBeforeForward, head); err != nil {
+		return 0, err
+	}
+	m.layernormForward(a.lnf, a.lnfMean, a.lnfRstd, a.res[L], m.p.lnfw, m.p.lnfb, N)
+	m.matmulForward(a.logits, a.lnf, m.p.head, nil, N, m.cfg.Dim, m.cfg.Vocab)
+	var loss float32
+	if targets != nil {
+		copy(a.targets, targets)
+		loss = m.crossentropyForward(a.losses, a.lseMax, a.lseLog, a.logits, a.targets, N)
+	}
+	if err := m.hook(hookAfterForward, head); err != nil {
+		return 0, err
+	}
+	if targets != nil {
+		m.state = forwardLoss
+	} else {
+		m.state = forwardLogits
+	}
+	return loss, nil
+}
+
+// Backward accumulates into the gradient buffer the gradient of
+// dlossScale × the last Forward's loss (an engine passes 1/GAS, times the
+// loss scale under fp16). It consumes the forward's activations: a second
+// Backward needs a new Forward.
+func (m *Model) Backward(dlossScale float32) error {
+	switch {
+	case m.state != forwardLoss:
+		return errors.New("gpt: Backward without a Forward with targets")
+	case m.grads == nil:
+		return errors.New("gpt: Backward without a gradient buffer (Bind(params, nil))")
+	}
+	m.state = idle
+	a := &m.a
+	B, T, L := a.B, a.T, m.cfg.Layers
+	N, C, V := B*T, m.cfg.Dim, m.cfg.Vocab
+
+	head := L + 1
+	if err := m.hook(hookBeforeBackward, head); err != nil {
+		return err
+	}
+	m.crossentropyBackward(a.logits, a.lseMax, a.lseLog, a.targets, dlossScale/float32(N), N)
+	m.matmulBackward(a.dln, m.g.head, nil, a.logits, a.lnf, m.p.head, N, C, V)
+	m.layernormBackward(a.dres, m.g.lnfw, m.g.lnfb, a.dln, a.res[L], m.p.lnfw, a.lnfMean, a.lnfRstd, N)
+	if err := m.hook(hookAfterBackward, head); err != nil {
+		return err
+	}
+	for l := L - 1; l >= 0; l-- {
+		if err := m.hook(hookBeforeBackward, 1+l); err != nil {
+			return err
+		}
+		if m.opt.Checkpoint {
+			m.blockForward(l, a.res[l], m.blockActs(l), nil) // recompute
+		}
+		m.blockBackward(l, a.res[l], m.blockActs(l), a.dres)
+		if err := m.hook(hookAfterBackward, 1+l); err != nil {
+			return err
+		}
+	}
+	if err := m.hook(hookBeforeBackward, 0); err != nil {
+		return err
+	}
+	m.encoderBackward(m.g.wte, m.g.wpe, a.dres, a.tokens, B, T)
+	return m.hook(hookAfterBackward, 0)
+}
+
+// blockActs is block l's activation set.
+func (m *Model) blockActs(l int) *blockActs {
+	if m.opt.Checkpoint {
+		return &m.a.blocks[0]
+	}
+	return &m.a.blocks[l]
+}
+
+// blockForward runs block l on x (B, T, C) into out:
+//
+//	res2 = x + attn.proj(attention(attn.qkv(ln1(x))))
+//	out  = res2 + mlp.proj(gelu(mlp.fc(ln2(res2))))
+//
+// With out == nil it stops after the GELU: what a recompute needs.
+func (m *Model) blockForward(l int, x []float32, ba *blockActs, out []float32) {
+	p := &m.p.blocks[l]
+	B, T := m.a.B, m.a.T
+	N, C, M := B*T, m.cfg.Dim, m.cfg.MLP
+	m.layernormForward(ba.ln1, ba.ln1Mean, ba.ln1Rstd, x, p.ln1w, p.ln1b, N)
+	m.matmulForward(ba.qkv, ba.ln1, p.qkvw, p.qkvb, N, C, 3*C)
+	m.attentionForward(ba.atty, ba.att, ba.qkv, B, T)
+	m.matmulForward(ba.res2, ba.atty, p.attprojw, p.attprojb, N, C, C)
+	m.residualForward(ba.res2, x, ba.res2)
+	m.layernormForward(ba.ln2, ba.ln2Mean, ba.ln2Rstd, ba.res2, p.ln2w, p.ln2b, N)
+	m.matmulForward(ba.fch, ba.ln2, p.fcw, p.fcb, N, C, M)
+	m.geluForward(ba.fchGelu, ba.fch)
+	if out != nil {
+		m.matmulForward(out, ba.fchGelu, p.fcprojw, p.fcprojb, N, M, C)
+		m.residualForward(out, ba.res2, out)
+	}
+}
+
+// blockBackward is blockForward's mirror: dres holds d(out) on entry and
+// d(x) on return; block l's parameter gradients are accumulated.
+func (m *Model) blockBackward(l int, x []float32, ba *blockActs, dres []float32) {
+	p, g, a := &m.p.blocks[l], &m.g.blocks[l], &m.a
+	B, T := a.B, a.T
+	N, C, M := B*T, m.cfg.Dim, m.cfg.MLP
+	m.matmulBackward(a.dfch, g.fcprojw, g.fcprojb, dres, ba.fchGelu, p.fcprojw, N, M, C)
+	m.geluBackward(a.dfch, ba.fch, a.dfch)
+	m.matmulBackward(a.dln, g.fcw, g.fcb, a.dfch, ba.ln2, p.fcw, N, C, M)
+	m.layernormBackward(a.dx, g.ln2w, g.ln2b, a.dln, ba.res2, p.ln2w, ba.ln2Mean, ba.ln2Rstd, N)
+	m.residualBackward(dres, a.dx) // dres = d(res2)
+	m.matmulBackward(a.datty, g.attprojw, g.attprojb, dres, ba.atty, p.attprojw, N, C, C)
+	m.attentionBackward(a.dqkv, a.datt, a.datty, ba.qkv, ba.att, B, T)
+	m.matmulBackward(a.dln, g.qkvw, g.qkvb, a.dqkv, ba.ln1, p.qkvw, N, C, 3*C)
+	m.layernormBackward(a.dx, g.ln1w, g.ln1b, a.dln, x, p.ln1w, ba.ln1Mean, ba.ln1Rstd, N)
+	m.residualBackward(dres, a.dx) // dres = d(x)
+}
+
+// checkIDs reports the first id outside [0, vocab).
+func checkIDs(what string, ids []int32, vocab int) error {
+	for i, id := range ids {
+		if id < 0 || int(id) >= vocab {
+			return fmt.Errorf("gpt: %s %d at position %d is outside the vocabulary [0, %d)", what, id, i, vocab)
+		}
+	}
+	return nil
+}
+
+type hookKind int
+
+const (
+	hookBeforeForward hookKind = iota
+	hookAfterForward
+	hookBeforeBackward
+	hookAfterBackward
+)
+
+var hookNames = [...]string{"BeforeForward", "AfterForward", "BeforeBackward", "AfterBackward"}
+
+// hook calls the unit hook of kind k, if any, and names the unit in its
+// error.
+func (m *Model) hook(k hookKind, unit int) error {
+	h := m.opt.Hooks
+	if h == nil {
+		return nil
+	}
+	var err error
+	switch k {
+	case hookBeforeForward:
+		err = h.BeforeForward(unit)
+	case hookAfterForward:
+		err = h.AfterForward(unit)
+	case hookBeforeBackward:
+		err = h.BeforeBackward(unit)
+	case hookAfterBackward:
+		err = h.AfterBackward(unit)
+	}
+	if err != nil {
+		m.state = idle
+		return fmt.Errorf("gpt: %s(unit %d %q): %w", hookNames[k], unit, m.layout.Units[unit].Name, err)
+	}
+	return nil
+}
