@@ -87,6 +87,7 @@ func NewEngine(plan dsconfig.Plan, o Options) (*Engine, error) {
 	}
 	alloc := optim.Alloc{Acct: o.Acct, Tier: mem.Device}
 	s0, err := NewStage0(Stage0Options{Acct: o.Acct, Layout: o.Layout, Init: o.Init, Round: round, Clip: plan.GradientClipping, Pool: e.pool,
+		World: plan.WorldSize, Prescale: plan.PrescaleGradients, Predivide: plan.GradientPredivideFactor,
 		NewOptimizer: func(n int) (optim.Optimizer, error) { return newOptimizer(plan, n, alloc, e.pool) }})
 	if err != nil {
 		e.pool.Close()

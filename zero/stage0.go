@@ -21,6 +21,10 @@ type Stage0 struct {
 	clip   float64
 	round  func([]float32) // nil for fp32
 
+	world     int
+	prescale  bool
+	predivide float64
+
 	master []float32 // fp32 master parameters (the working parameters too when round is nil)
 	work   []float32 // working parameters in the training precision
 	grads  []float32 // fp32 gradient accumulation
@@ -41,6 +45,12 @@ type Stage0Options struct {
 	Round func([]float32)
 	// Clip is gradient_clipping (0: none).
 	Clip float64
+	// World is the data-parallel world size the gradients are averaged
+	// over (1 until collectives arrive); Prescale and Predivide are
+	// prescale_gradients and gradient_predivide_factor.
+	World     int
+	Prescale  bool
+	Predivide float64
 	// NewOptimizer builds the optimizer for n elements (the whole model).
 	NewOptimizer func(n int) (optim.Optimizer, error)
 	Pool         *optim.Pool
@@ -48,12 +58,19 @@ type Stage0Options struct {
 
 // NewStage0 allocates the buffers: master (and, in 16-bit training, the
 // working copy), gradients, and the optimizer state.
-func NewStage0(o Stage0Options) (s *Stage0, err error) {
+func NewStage0(o Stage0Options) (_ *Stage0, err error) {
 	n := o.Layout.Numel
 	if len(o.Init) != n {
 		return nil, fmt.Errorf("stage 0: %d initial parameters for a model of %d", len(o.Init), n)
 	}
-	s = &Stage0{acct: o.Acct, layout: o.Layout, pool: o.Pool, clip: o.Clip, round: o.Round}
+	if o.World < 1 {
+		o.World = 1
+	}
+	if o.Predivide == 0 {
+		o.Predivide = 1
+	}
+	s := &Stage0{acct: o.Acct, layout: o.Layout, pool: o.Pool, clip: o.Clip, round: o.Round,
+		world: o.World, prescale: o.Prescale, predivide: o.Predivide}
 	defer func() {
 		if err != nil {
 			s.Close()
@@ -76,9 +93,11 @@ func NewStage0(o Stage0Options) (s *Stage0, err error) {
 	if s.grads, err = o.Acct.F32(mem.Grads, mem.Device, n); err != nil {
 		return nil, fmt.Errorf("stage 0: gradients: %w", err)
 	}
-	if s.opt, err = o.NewOptimizer(n); err != nil {
+	opt, err := o.NewOptimizer(n)
+	if err != nil {
 		return nil, err
 	}
+	s.opt = opt
 	s.norms = make([]float32, len(o.Layout.Specs))
 	s.scratch = make([]float32, len(o.Layout.Specs))
 	return s, nil
@@ -103,6 +122,7 @@ func (s *Stage0) AfterBackward(int) error  { return nil }
 // and the copy back into the working precision.
 func (s *Stage0) Step(in StepInput) (StepResult, error) {
 	defer clear(s.grads)
+	s.average()
 	if in.CheckOverflow && lossscale.HasInfOrNaN(s.grads) {
 		return StepResult{GradNorm: -1, Overflow: true}, nil
 	}
@@ -140,6 +160,26 @@ func (s *Stage0) Step(in StepInput) (StepResult, error) {
 		s.round(s.work)
 	}
 	return StepResult{GradNorm: float64(total) / in.LossScale}, nil
+}
+
+// average applies DeepSpeed's gradient averaging around the all-reduce
+// (engine.allreduce_bucket): with prescale_gradients, g *= 1/world before
+// it; otherwise g *= 1/predivide before and g *= predivide/world after,
+// each only when the factor is not 1.
+func (s *Stage0) average() {
+	w := float64(s.world)
+	if s.prescale {
+		if s.world != 1 {
+			s.pool.Scale(s.grads, float32(1/w))
+		}
+		return // the all-reduce (SUM) of a world of one is the identity
+	}
+	if s.predivide != 1 {
+		s.pool.Scale(s.grads, float32(1/s.predivide))
+	}
+	if s.predivide != w {
+		s.pool.Scale(s.grads, float32(s.predivide/w))
+	}
 }
 
 // Close implements Strategy.
