@@ -126,3 +126,21 @@ func (ld *Loader) Micro(step, micro, rank int, inputs, targets []int32) {
 func (ld *Loader) Position(steps int) int64 {
 	return int64(steps) * int64(ld.l.GAS) * int64(ld.l.World) * int64(ld.l.B)
 }
+
+// Random is a corpus of n token ids drawn uniformly from [0, vocab) with a
+// seeded generator: the data of throughput benchmarks, where the text does
+// not matter.
+func Random(vocab, n int, seed uint64) *Corpus {
+	c := &Corpus{Name: fmt.Sprintf("random tokens (vocab %d, seed %d)", vocab, seed), Vocab: vocab, ids: make([]int32, n)}
+	x := seed*0x9e3779b97f4a7c15 + 1
+	for i := range c.ids {
+		// splitmix64
+		x += 0x9e3779b97f4a7c15
+		z := x
+		z = (z ^ z>>30) * 0xbf58476d1ce4e5b9
+		z = (z ^ z>>27) * 0x94d049bb133111eb
+		z ^= z >> 31
+		c.ids[i] = int32(z % uint64(vocab))
+	}
+	return c
+}

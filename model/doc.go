@@ -30,6 +30,6 @@
 // partition and get the same values as a full initialisation.
 //
 // 16-bit compute is emulated on float32 buffers: each op computes in
-// float32 and its output is rounded to bf16 or fp16 (RoundBF16,
-// RoundFP16), the way PyTorch CPU kernels compute 16-bit tensors.
+// float32 and its output is rounded to bf16 or fp16 (half.RoundBF16,
+// half.RoundF16), the way PyTorch CPU kernels compute 16-bit tensors.
 package model

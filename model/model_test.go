@@ -2,8 +2,8 @@ package model
 
 import (
 	"encoding/binary"
+	"fmt"
 	"math"
-	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"slices"
@@ -11,108 +11,9 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+
+	"github.com/dszero/dszero/half"
 )
-
-// fp16Ref rounds x to the nearest binary16 value (ties to even) by
-// arithmetic in float64: the spacing of fp16 values near x is
-// 2^(max(e,-14)-10), and x/spacing is exact in float64.
-func fp16Ref(x float32) float64 {
-	v := float64(x)
-	if math.IsNaN(v) || math.IsInf(v, 0) || v == 0 {
-		return v
-	}
-	_, e := math.Frexp(math.Abs(v)) // |v| = f·2^e, f in [0.5, 1)
-	spacing := math.Ldexp(1, max(e-1, -14)-10)
-	r := math.RoundToEven(v/spacing) * spacing
-	if math.Abs(r) > 65504 {
-		return math.Copysign(math.Inf(1), v)
-	}
-	return r
-}
-
-func TestRoundFP16AgainstReference(t *testing.T) {
-	rng := rand.New(rand.NewPCG(1, 2))
-	check := func(x float32) {
-		if math.IsNaN(float64(x)) {
-			return
-		}
-		got := F16ToF32(F32ToF16(x))
-		want := fp16Ref(x)
-		if float64(got) != want || math.Signbit(float64(got)) != math.Signbit(want) {
-			t.Fatalf("fp16(%g [%08x]) = %g, want %g", x, math.Float32bits(x), got, want)
-		}
-	}
-	special := []float32{0, 1, -1, 65504, 65519.99, 65520, -65520, 1e-8, 2.9802322e-08, 2.9802326e-08, 5.9604645e-08,
-		6.097555e-05, 6.1035156e-05, 0.1, 1.0009765, 1.00048828125, 1.00146484375, 2049, 4097, 1e9,
-		float32(math.Inf(1)), float32(math.Inf(-1)), float32(math.Copysign(0, -1))}
-	for _, x := range special {
-		check(x)
-	}
-	for range 200000 {
-		// random bit patterns across the whole range, and dense around fp16's range
-		check(math.Float32frombits(rng.Uint32()))
-		check(float32(rng.NormFloat64() * math.Pow(2, float64(rng.IntN(44)-30))))
-	}
-	if h := F32ToF16(float32(math.NaN())); h&0x7c00 != 0x7c00 || h&0x3ff == 0 {
-		t.Errorf("NaN became %04x", h)
-	}
-}
-
-func TestF16WideningIsExact(t *testing.T) {
-	for h := range 1 << 16 {
-		f := F16ToF32(uint16(h))
-		if math.IsNaN(float64(f)) {
-			continue
-		}
-		if back := F32ToF16(f); back != uint16(h) {
-			t.Fatalf("%04x -> %g -> %04x", h, f, back)
-		}
-	}
-}
-
-func TestBF16(t *testing.T) {
-	cases := []struct {
-		in   uint32
-		want uint16
-	}{
-		{0x3f800000, 0x3f80}, // 1
-		{0x3f808000, 0x3f80}, // tie, even stays
-		{0x3f818000, 0x3f82}, // tie, odd rounds up
-		{0x3f808001, 0x3f81}, // above the tie
-		{0x7f7fffff, 0x7f80}, // max float rounds to +Inf
-		{0xff800000, 0xff80}, // -Inf
-		{0x7fc00001, 0x7fc0}, // NaN
-		{0xffffffff, 0x7fc0}, // negative NaN: c10 returns 0x7FC0
-		{0x80000000, 0x8000}, // -0
-	}
-	for _, c := range cases {
-		if got := F32ToBF16(math.Float32frombits(c.in)); got != c.want {
-			t.Errorf("bf16(%08x) = %04x, want %04x", c.in, got, c.want)
-		}
-	}
-	rng := rand.New(rand.NewPCG(3, 4))
-	for range 100000 {
-		x := math.Float32frombits(rng.Uint32())
-		if math.IsNaN(float64(x)) || math.IsInf(float64(x), 0) {
-			continue
-		}
-		// The result is one of the two bf16 neighbours, the nearer one.
-		b := math.Float32bits(x)
-		lo, hi := float64(BF16ToF32(uint16(b>>16))), float64(BF16ToF32(uint16(b>>16)+1))
-		got := float64(BF16ToF32(F32ToBF16(x)))
-		if got != lo && got != hi && !math.IsInf(got, 0) {
-			t.Fatalf("bf16(%g) = %g, not %g or %g", x, got, lo, hi)
-		}
-		if math.Abs(got-float64(x)) > math.Abs(lo+hi-2*got)+math.Abs(float64(x)-lo) && !math.IsInf(got, 0) {
-			t.Fatalf("bf16(%g) = %g is not the nearer of %g, %g", x, got, lo, hi)
-		}
-	}
-	s := []float32{1.00390625, 3.14159}
-	RoundBF16(s)
-	if s[0] != 1 || s[1] != 3.140625 {
-		t.Errorf("RoundBF16 gave %v", s)
-	}
-}
 
 func testLayout() Layout {
 	var b LayoutBuilder
@@ -246,6 +147,47 @@ func TestSafetensorsRoundTrip(t *testing.T) {
 	}
 	if _, err := os.Stat(path + ".tmp"); !os.IsNotExist(err) {
 		t.Errorf("temporary file left behind: %v", err)
+	}
+}
+
+// TestSafetensors16BitWidening reads every F16 and BF16 bit pattern and
+// checks that each non-NaN value is widened exactly (it narrows back to
+// its pattern) and each NaN stays a NaN.
+func TestSafetensors16BitWidening(t *testing.T) {
+	const n = 1 << 16
+	header := fmt.Sprintf(`{"f16":{"dtype":"F16","shape":[%d],"data_offsets":[0,%d]},"bf16":{"dtype":"BF16","shape":[%d],"data_offsets":[%d,%d]}}`,
+		n, 2*n, n, 2*n, 4*n)
+	b := binary.LittleEndian.AppendUint64(nil, uint64(len(header)))
+	b = append(b, header...)
+	for range 2 {
+		for h := range n {
+			b = binary.LittleEndian.AppendUint16(b, uint16(h))
+		}
+	}
+	path := filepath.Join(t.TempDir(), "16bit.safetensors")
+	if err := os.WriteFile(path, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	f, err := OpenSafetensors(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	for _, tc := range []struct {
+		name   string
+		inf    uint16 // patterns above it, sign aside, are NaN
+		narrow func(float32) uint16
+	}{{"f16", half.F16Inf, half.F16FromF32}, {"bf16", half.BF16Inf, half.BF16FromF32}} {
+		got := make([]float32, n)
+		if err := f.ReadFloat32(tc.name, got); err != nil {
+			t.Fatal(err)
+		}
+		for h, v := range got {
+			isNaN := uint16(h)&0x7fff > tc.inf
+			if math.IsNaN(float64(v)) != isNaN || !isNaN && tc.narrow(v) != uint16(h) {
+				t.Fatalf("%s %04x widened to %g [%08x]", tc.name, h, v, math.Float32bits(v))
+			}
+		}
 	}
 }
 

@@ -11,6 +11,8 @@ import (
 	"os"
 	"slices"
 	"strings"
+
+	"github.com/dszero/dszero/half"
 )
 
 // The safetensors format (https://github.com/huggingface/safetensors):
@@ -188,13 +190,13 @@ func (s *SafetensorsFile) ReadFloat32(name string, dst []float32) error {
 	case "BF16":
 		conv = func(b []byte, out []float32) {
 			for i := range out {
-				out[i] = BF16ToF32(binary.LittleEndian.Uint16(b[2*i:]))
+				out[i] = half.F32FromBF16(binary.LittleEndian.Uint16(b[2*i:]))
 			}
 		}
 	case "F16":
 		conv = func(b []byte, out []float32) {
 			for i := range out {
-				out[i] = F16ToF32(binary.LittleEndian.Uint16(b[2*i:]))
+				out[i] = half.F32FromF16(binary.LittleEndian.Uint16(b[2*i:]))
 			}
 		}
 	default:

@@ -6,13 +6,12 @@ import (
 	"os"
 	"testing"
 
+	"github.com/dszero/dszero/blas"
 	"github.com/dszero/dszero/dsconfig"
 	"github.com/dszero/dszero/mem"
 	"github.com/dszero/dszero/model"
 	"github.com/dszero/dszero/model/gpt"
 	"github.com/dszero/dszero/zero/lrsched"
-	"gonum.org/v1/gonum/blas"
-	"gonum.org/v1/gonum/blas/gonum"
 )
 
 // The reference files are the model package's copies of the harness
@@ -35,18 +34,6 @@ func (r refBatches) Micro(step, micro, rank int, in, tg []int32) {
 			tg[b*32+t] = int32(row[t+1])
 		}
 	}
-}
-
-type gonumGemm struct{ gonum.Implementation }
-
-func (g gonumGemm) Sgemm(ta, tb bool, m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, beta float32, c []float32, ldc int) {
-	t := func(x bool) blas.Transpose {
-		if x {
-			return blas.Trans
-		}
-		return blas.NoTrans
-	}
-	g.Implementation.Sgemm(t(ta), t(tb), m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
 }
 
 // referenceConfig is the harness's training setup on one rank: the global
@@ -98,9 +85,13 @@ func TestPlainPyTorchParity(t *testing.T) {
 	if err := json.Unmarshal(raw, &ref); err != nil {
 		t.Fatal(err)
 	}
+	gemm, err := blas.New(blas.Options{Backend: blas.Gonum}) // pure Go: the same on every machine
+	if err != nil {
+		t.Fatal(err)
+	}
 	var recs []Record
 	final, err := Run(Config{Plan: plan, Model: cfg, Init: init, Batches: refBatches{tokens, 1}, SeqLen: 32, Steps: 10,
-		Acct: mem.NewAccountant(0), Gemm: gonumGemm{}, Version: lrsched.DeepSpeed0145, Workers: 2},
+		Acct: mem.NewAccountant(0), Gemm: gemm, Version: lrsched.DeepSpeed0145, Workers: 2},
 		func(r Record) error { recs = append(recs, r); return nil })
 	if err != nil {
 		t.Fatal(err)

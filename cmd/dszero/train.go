@@ -28,7 +28,7 @@ func runTrain(args []string, stdout, stderr io.Writer) int {
 	fs.SetOutput(stderr)
 	cfgPath := fs.String("deepspeed", "", "ds_config.json (default: the embedded default config)")
 	modelArg := fs.String("model", "small", "model preset ("+strings.Join(gpt.PresetNames(), ", ")+") or a Hugging Face GPT-2 directory (config.json + model.safetensors)")
-	dataPath := fs.String("data", "", "training text, or a nanoGPT .bin of uint16 token ids (default: embedded Tiny Shakespeare)")
+	dataPath := fs.String("data", "", "training text, a nanoGPT .bin of uint16 token ids, or \"random\" (uniform ids, for throughput runs) (default: embedded Tiny Shakespeare)")
 	steps := fs.Int("steps", 0, "optimizer steps (default: --max_steps, else the scheduler's total_num_steps, else 100)")
 	seq := fs.Int("seq", 0, "tokens per sample (default: min(model context, 128))")
 	jsonLog := fs.String("json-log", "", "write one JSON object per optimizer step to this file")
@@ -97,7 +97,9 @@ func runTrain(args []string, stdout, stderr io.Writer) int {
 		return fail("--model: %v (or give a directory with config.json and model.safetensors)", err)
 	}
 	corpus := data.TinyShakespeare()
-	if *dataPath != "" {
+	if *dataPath == "random" {
+		corpus = data.Random(mcfg.Vocab, 1<<20, *seed)
+	} else if *dataPath != "" {
 		if corpus, err = data.Load(*dataPath); err != nil {
 			return fail("%v", err)
 		}

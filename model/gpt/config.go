@@ -32,6 +32,10 @@ var presets = map[string]Config{
 	"gpt2-medium": {Vocab: 50257, Context: 1024, Dim: 1024, Heads: 16, Layers: 24, Tied: true},
 	"gpt2-large":  {Vocab: 50257, Context: 1024, Dim: 1280, Heads: 20, Layers: 36, Tied: true},
 	"gpt2-xl":     {Vocab: 50257, Context: 1024, Dim: 1600, Heads: 25, Layers: 48, Tied: true},
+	// gpt2s-untied is the shape of the performance anchor in
+	// shared/reference/perf: GPT-2 small with a padded vocabulary, a
+	// 256-token context and an untied head (162,519,552 parameters).
+	"gpt2s-untied": {Vocab: 50304, Context: 256, Dim: 768, Heads: 12, Layers: 12},
 }
 
 // Preset returns the named configuration, with defaults applied.

@@ -1,37 +1,19 @@
 package gpt
 
 import (
-	"encoding/json"
 	"math/rand/v2"
-	"os"
 	"testing"
-
-	"gonum.org/v1/gonum/blas"
-	"gonum.org/v1/gonum/blas/gonum"
 
 	"github.com/dszero/dszero/mem"
 	"github.com/dszero/dszero/model"
+	"github.com/dszero/dszero/model/internal/modeltest"
 )
-
-// gonumGemm adapts gonum's row-major Sgemm to model.Gemmer.
-type gonumGemm struct{}
-
-func (gonumGemm) Sgemm(transA, transB bool, m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, beta float32, c []float32, ldc int) {
-	ta, tb := blas.NoTrans, blas.NoTrans
-	if transA {
-		ta = blas.Trans
-	}
-	if transB {
-		tb = blas.Trans
-	}
-	gonum.Implementation{}.Sgemm(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
-}
-
-var _ model.Gemmer = gonumGemm{}
 
 // loopGemm is a plain triple loop: slow, but it never allocates, which the
 // allocation test needs (gonum's parallel Sgemm allocates).
 type loopGemm struct{}
+
+var _ model.Gemmer = loopGemm{}
 
 func (loopGemm) Sgemm(transA, transB bool, m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, beta float32, c []float32, ldc int) {
 	for i := range m {
@@ -65,7 +47,7 @@ func (loopGemm) Sgemm(transA, transB bool, m, n, k int, alpha float32, a []float
 func newTestModel(t testing.TB, cfg Config, opt Options, init []float32) (*Model, *mem.Accountant) {
 	t.Helper()
 	if opt.Gemm == nil {
-		opt.Gemm = gonumGemm{}
+		opt.Gemm = modeltest.Gonum(t)
 	}
 	if opt.Acct == nil {
 		opt.Acct = mem.NewAccountant(0)
@@ -126,32 +108,6 @@ func microBatch(tok []int64, s, m, r int) (idx, tgt []int32) {
 		}
 	}
 	return idx, tgt
-}
-
-// plainResult is the part of the harness result.json the tests read.
-type plainResult struct {
-	Steps []struct {
-		Step        int `json:"step"`
-		MicroLosses []struct {
-			Micro int     `json:"micro"`
-			Rank  int     `json:"rank"`
-			Loss  float64 `json:"loss"`
-		} `json:"micro_losses"`
-		EvalLossAfterStep float64 `json:"eval_loss_after_step"`
-	} `json:"steps"`
-}
-
-func readPlainResult(t testing.TB, path string) plainResult {
-	t.Helper()
-	b, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var r plainResult
-	if err := json.Unmarshal(b, &r); err != nil {
-		t.Fatal(err)
-	}
-	return r
 }
 
 // randomTokens returns n ids in [0, vocab).

@@ -12,7 +12,9 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/dszero/dszero/half"
 	"github.com/dszero/dszero/model"
+	"github.com/dszero/dszero/model/internal/modeltest"
 )
 
 // rawTensor is a tensor written byte for byte by writeRaw.
@@ -198,7 +200,7 @@ func TestSaveDirRoundTrip(t *testing.T) {
 		if head == cfg.Tied || !cattn {
 			t.Errorf("tied=%v: lm_head.weight present %v, h.0.attn.c_attn.weight present %v", cfg.Tied, head, cattn)
 		}
-		m, err := LoadDir(dir, Options{Gemm: gonumGemm{}, Acct: newAcct()})
+		m, err := LoadDir(dir, Options{Gemm: modeltest.Gonum(t), Acct: newAcct()})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -239,10 +241,10 @@ func TestReadWeights16Bit(t *testing.T) {
 	// Values 0..11 and 300..303 are exact in both formats.
 	var bf, hf []byte
 	for _, v := range seq(0, 12) {
-		bf = binary.LittleEndian.AppendUint16(bf, model.F32ToBF16(v))
+		bf = binary.LittleEndian.AppendUint16(bf, half.BF16FromF32(v))
 	}
 	for _, v := range seq(300, 4) {
-		hf = binary.LittleEndian.AppendUint16(hf, model.F32ToF16(v))
+		hf = binary.LittleEndian.AppendUint16(hf, half.F16FromF32(v))
 	}
 	ts[4] = rawTensor{ts[4].name, "BF16", ts[4].shape, bf}
 	ts[6] = rawTensor{ts[6].name, "F16", ts[6].shape, hf}

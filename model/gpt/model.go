@@ -30,7 +30,7 @@ type Options struct {
 	CPUCheckpoint bool
 	// Round, if set, emulates 16-bit compute: it is applied to the output
 	// of every op, forward and backward (see doc.go for the list), e.g.
-	// model.RoundBF16. The parameters must already hold 16-bit values.
+	// half.RoundBF16. The parameters must already hold 16-bit values.
 	// It is called from several goroutines at once on disjoint slices.
 	Round func([]float32)
 	// Workers bounds the goroutines of the attention, GELU and
@@ -215,24 +215,24 @@ func (m *Model) Forward(tokens []int32, B int, targets []int32) (float32, error)
 	copy(a.tokens, tokens)
 	L, N := m.cfg.Layers, B*T
 
-	if err := m.hook(hookBeforeForward, 0); err != nil {
+	if err := m.hook(model.HookBeforeForward, 0); err != nil {
 		return 0, err
 	}
 	m.encoderForward(a.res[0], a.tokens, m.p.wte, m.p.wpe, B, T)
-	if err := m.hook(hookAfterForward, 0); err != nil {
+	if err := m.hook(model.HookAfterForward, 0); err != nil {
 		return 0, err
 	}
 	for l := range L {
-		if err := m.hook(hookBeforeForward, 1+l); err != nil {
+		if err := m.hook(model.HookBeforeForward, 1+l); err != nil {
 			return 0, err
 		}
 		m.blockForward(l, a.res[l], m.blockActs(l), a.res[l+1])
-		if err := m.hook(hookAfterForward, 1+l); err != nil {
+		if err := m.hook(model.HookAfterForward, 1+l); err != nil {
 			return 0, err
 		}
 	}
 	head := L + 1
-	if err := m.hook(hookBeforeForward, head); err != nil {
+	if err := m.hook(model.HookBeforeForward, head); err != nil {
 		return 0, err
 	}
 	m.layernormForward(a.lnf, a.lnfMean, a.lnfRstd, a.res[L], m.p.lnfw, m.p.lnfb, N)
@@ -242,7 +242,7 @@ func (m *Model) Forward(tokens []int32, B int, targets []int32) (float32, error)
 		copy(a.targets, targets)
 		loss = m.crossentropyForward(a.losses, a.lseMax, a.lseLog, a.logits, a.targets, N)
 	}
-	if err := m.hook(hookAfterForward, head); err != nil {
+	if err := m.hook(model.HookAfterForward, head); err != nil {
 		return 0, err
 	}
 	if targets != nil {
@@ -270,32 +270,32 @@ func (m *Model) Backward(dlossScale float32) error {
 	N, C, V := B*T, m.cfg.Dim, m.cfg.Vocab
 
 	head := L + 1
-	if err := m.hook(hookBeforeBackward, head); err != nil {
+	if err := m.hook(model.HookBeforeBackward, head); err != nil {
 		return err
 	}
 	m.crossentropyBackward(a.logits, a.lseMax, a.lseLog, a.targets, dlossScale/float32(N), N)
 	m.matmulBackward(a.dln, m.g.head, nil, a.logits, a.lnf, m.p.head, N, C, V)
 	m.layernormBackward(a.dres, m.g.lnfw, m.g.lnfb, a.dln, a.res[L], m.p.lnfw, a.lnfMean, a.lnfRstd, N)
-	if err := m.hook(hookAfterBackward, head); err != nil {
+	if err := m.hook(model.HookAfterBackward, head); err != nil {
 		return err
 	}
 	for l := L - 1; l >= 0; l-- {
-		if err := m.hook(hookBeforeBackward, 1+l); err != nil {
+		if err := m.hook(model.HookBeforeBackward, 1+l); err != nil {
 			return err
 		}
 		if m.opt.Checkpoint {
 			m.blockForward(l, a.res[l], m.blockActs(l), nil) // recompute
 		}
 		m.blockBackward(l, a.res[l], m.blockActs(l), a.dres)
-		if err := m.hook(hookAfterBackward, 1+l); err != nil {
+		if err := m.hook(model.HookAfterBackward, 1+l); err != nil {
 			return err
 		}
 	}
-	if err := m.hook(hookBeforeBackward, 0); err != nil {
+	if err := m.hook(model.HookBeforeBackward, 0); err != nil {
 		return err
 	}
 	m.encoderBackward(m.g.wte, m.g.wpe, a.dres, a.tokens, B, T)
-	return m.hook(hookAfterBackward, 0)
+	return m.hook(model.HookAfterBackward, 0)
 }
 
 // blockActs is block l's activation set.
@@ -358,38 +358,12 @@ func checkIDs(what string, ids []int32, vocab int) error {
 	return nil
 }
 
-type hookKind int
-
-const (
-	hookBeforeForward hookKind = iota
-	hookAfterForward
-	hookBeforeBackward
-	hookAfterBackward
-)
-
-var hookNames = [...]string{"BeforeForward", "AfterForward", "BeforeBackward", "AfterBackward"}
-
-// hook calls the unit hook of kind k, if any, and names the unit in its
-// error.
-func (m *Model) hook(k hookKind, unit int) error {
-	h := m.opt.Hooks
-	if h == nil {
-		return nil
-	}
-	var err error
-	switch k {
-	case hookBeforeForward:
-		err = h.BeforeForward(unit)
-	case hookAfterForward:
-		err = h.AfterForward(unit)
-	case hookBeforeBackward:
-		err = h.BeforeBackward(unit)
-	case hookAfterBackward:
-		err = h.AfterBackward(unit)
-	}
-	if err != nil {
+// hook calls the unit hook of kind k, if any; a failing hook ends the
+// pass.
+func (m *Model) hook(k model.HookKind, unit int) error {
+	if err := model.CallHook(m.opt.Hooks, k, &m.layout, unit); err != nil {
 		m.state = idle
-		return fmt.Errorf("gpt: %s(unit %d %q): %w", hookNames[k], unit, m.layout.Units[unit].Name, err)
+		return fmt.Errorf("gpt: %w", err)
 	}
 	return nil
 }

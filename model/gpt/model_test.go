@@ -2,7 +2,6 @@ package gpt
 
 import (
 	"errors"
-	"fmt"
 	"math"
 	"math/rand/v2"
 	"slices"
@@ -12,8 +11,10 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
 
+	"github.com/dszero/dszero/half"
 	"github.com/dszero/dszero/mem"
 	"github.com/dszero/dszero/model"
+	"github.com/dszero/dszero/model/internal/modeltest"
 )
 
 func TestPresets(t *testing.T) {
@@ -143,12 +144,11 @@ func TestActivationCheckpointing(t *testing.T) {
 // buffer holds NaN except for the units being run (and what they
 // borrow), and each unit's gradients are snapshot at its AfterBackward.
 type gatherHooks struct {
+	modeltest.Recorder
 	l         *model.Layout
 	full, buf []float32
 	grads     func() []float32
 	atAfter   map[int][]float32
-	log       []string
-	failAt    string
 }
 
 func (h *gatherHooks) set(u int, gather bool) {
@@ -164,27 +164,13 @@ func (h *gatherHooks) set(u int, gather bool) {
 	}
 }
 
-func (h *gatherHooks) event(name string, u int) error {
-	e := fmt.Sprintf("%s(%d)", name, u)
-	h.log = append(h.log, e)
-	if e == h.failAt {
-		return errInjected
-	}
-	return nil
-}
-
-var errInjected = errors.New("injected")
-
-func (h *gatherHooks) BeforeForward(u int) error { h.set(u, true); return h.event("BF", u) }
-func (h *gatherHooks) AfterForward(u int) error  { h.set(u, false); return h.event("AF", u) }
-func (h *gatherHooks) BeforeBackward(u int) error {
-	h.set(u, true)
-	return h.event("BB", u)
-}
+func (h *gatherHooks) BeforeForward(u int) error  { h.set(u, true); return h.Event("BF", u) }
+func (h *gatherHooks) AfterForward(u int) error   { h.set(u, false); return h.Event("AF", u) }
+func (h *gatherHooks) BeforeBackward(u int) error { h.set(u, true); return h.Event("BB", u) }
 func (h *gatherHooks) AfterBackward(u int) error {
 	h.atAfter[u] = slices.Clone(h.l.UnitView(h.grads(), u))
 	h.set(u, false)
-	return h.event("AB", u)
+	return h.Event("AB", u)
 }
 
 func TestHooksGatherPerUnit(t *testing.T) {
@@ -222,7 +208,7 @@ func TestHooksGatherPerUnit(t *testing.T) {
 			}
 			want := []string{"BF(0)", "AF(0)", "BF(1)", "AF(1)", "BF(2)", "AF(2)", "BF(3)", "AF(3)",
 				"BB(3)", "AB(3)", "BB(2)", "AB(2)", "BB(1)", "AB(1)", "BB(0)", "AB(0)"}
-			if d := cmp.Diff(want, h.log); d != "" {
+			if d := cmp.Diff(want, h.Log); d != "" {
 				t.Errorf("hook order (-want +got):\n%s", d)
 			}
 		})
@@ -233,14 +219,14 @@ func TestHookErrors(t *testing.T) {
 	cfg, params := harnessTiny(t)
 	idx, tgt := microBatch(harnessTokens(t), 0, 0, 0)
 	for _, at := range []string{"BF(0)", "AF(2)", "BB(3)", "BB(1)", "AB(0)"} {
-		h := &gatherHooks{failAt: at, atAfter: map[int][]float32{}}
+		h := &gatherHooks{Recorder: modeltest.Recorder{FailAt: at}, atAfter: map[int][]float32{}}
 		m, _ := newTestModel(t, cfg, Options{Hooks: h}, nil)
 		h.l, h.full, h.buf, h.grads = m.Layout(), params, m.Params(), m.Grads
 		_, err := m.Forward(idx, 4, tgt)
 		if err == nil {
 			err = m.Backward(1)
 		}
-		if !errors.Is(err, errInjected) || !strings.Contains(err.Error(), "unit") {
+		if !errors.Is(err, modeltest.ErrInjected) || !strings.Contains(err.Error(), "unit") {
 			t.Errorf("failing at %s: got %v, want the injected error naming the unit", at, err)
 		}
 		if err := m.Backward(1); err == nil {
@@ -274,9 +260,9 @@ func TestGradientAccumulationAndScale(t *testing.T) {
 	}
 
 	// Scaling the loss by a power of two scales every gradient exactly.
-	half, _ := newTestModel(t, cfg, Options{}, params)
-	step(t, half, i0, t0, 4, 0.5)
-	for i, g := range half.Grads() {
+	halved, _ := newTestModel(t, cfg, Options{}, params)
+	step(t, halved, i0, t0, 4, 0.5)
+	for i, g := range halved.Grads() {
 		if 2*g != a.Grads()[i] {
 			t.Fatalf("grad[%d] with scale 0.5 is %v, with scale 1 %v", i, g, a.Grads()[i])
 		}
@@ -346,7 +332,7 @@ func TestInputErrors(t *testing.T) {
 	if err := m.Backward(1); err == nil {
 		t.Error("Backward after a Forward without targets succeeded")
 	}
-	u, err := New(cfg, Options{Gemm: gonumGemm{}, Acct: mem.NewAccountant(0)})
+	u, err := New(cfg, Options{Gemm: modeltest.Gonum(t), Acct: mem.NewAccountant(0)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -376,7 +362,7 @@ func TestActivationOOM(t *testing.T) {
 }
 
 func TestNoAllocationsAfterWarmup(t *testing.T) {
-	for _, opt := range []Options{{}, {Checkpoint: true}, {Round: model.RoundBF16}} {
+	for _, opt := range []Options{{}, {Checkpoint: true}, {Round: half.RoundBF16}} {
 		cfg := Config{Vocab: 32, Context: 16, Dim: 32, Heads: 4, Layers: 2}
 		opt.Gemm, opt.Workers = loopGemm{}, 2
 		m, _ := newTestModel(t, cfg, opt, perturbedInit(cfg.WithDefaults(), 1))

@@ -1,16 +1,16 @@
 package gpt
 
 import (
-	"encoding/json"
 	"fmt"
 	"math"
-	"os"
 	"slices"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/dszero/dszero/half"
 	"github.com/dszero/dszero/model"
+	"github.com/dszero/dszero/model/internal/modeltest"
 )
 
 // The golden numbers in testdata come from the reference harness
@@ -55,7 +55,7 @@ func TestLayoutMatchesHarness(t *testing.T) {
 func TestParityMicroLossesStep1(t *testing.T) {
 	cfg, params := harnessTiny(t)
 	tok := harnessTokens(t)
-	res := readPlainResult(t, "testdata/plain_dsclip_result.json")
+	res := modeltest.ReadResult(t, "testdata/plain_dsclip_result.json")
 	m, _ := newTestModel(t, cfg, Options{}, params)
 	step := res.Steps[0]
 	if step.Step != 1 || len(step.MicroLosses) != 4 {
@@ -67,11 +67,7 @@ func TestParityMicroLossesStep1(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		rel := math.Abs(float64(loss)-ml.Loss) / math.Abs(ml.Loss)
-		t.Logf("micro %d rank %d: ours %.9g torch %.9g rel %.2e", ml.Micro, ml.Rank, loss, ml.Loss, rel)
-		if rel > 1e-6 {
-			t.Errorf("micro %d rank %d: loss %.9g, torch %.9g (rel %.2e > 1e-6)", ml.Micro, ml.Rank, loss, ml.Loss, rel)
-		}
+		modeltest.CheckLoss(t, fmt.Sprintf("micro %d rank %d", ml.Micro, ml.Rank), loss, ml.Loss, 1e-6)
 	}
 }
 
@@ -84,19 +80,14 @@ func TestParityEvalAfterTraining(t *testing.T) {
 	if err := ReadWeights("testdata/plain_dsclip_final_fp32.safetensors", cfg, params); err != nil {
 		t.Fatal(err)
 	}
-	res := readPlainResult(t, "testdata/plain_dsclip_result.json")
-	want := res.Steps[len(res.Steps)-1].EvalLossAfterStep
+	res := modeltest.ReadResult(t, "testdata/plain_dsclip_result.json")
 	m, _ := newTestModel(t, cfg, Options{}, params)
 	idx, tgt := microBatch(harnessTokens(t), 0, 0, 0)
 	loss, err := m.Forward(idx, 4, tgt)
 	if err != nil {
 		t.Fatal(err)
 	}
-	rel := math.Abs(float64(loss)-want) / want
-	t.Logf("eval after step 10: ours %.9g torch %.9g rel %.2e", loss, want, rel)
-	if rel > 1e-6 {
-		t.Errorf("eval loss %.9g, torch %.9g (rel %.2e > 1e-6)", loss, want, rel)
-	}
+	modeltest.CheckLoss(t, "eval after step 10", loss, res.Steps[len(res.Steps)-1].EvalLossAfterStep, 1e-6)
 }
 
 // TestBF16EmulationStep1 runs the step-1 micro-batches with bf16 compute
@@ -112,23 +103,12 @@ func TestParityEvalAfterTraining(t *testing.T) {
 func TestBF16EmulationStep1(t *testing.T) {
 	cfg, params := harnessTiny(t)
 	tok := harnessTokens(t)
-	b, err := os.ReadFile("testdata/z0_bf16_result.json")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var bf struct {
-		Steps []struct {
-			MicroLosses map[string][]float64 `json:"micro_losses"`
-		} `json:"steps"`
-	}
-	if err := json.Unmarshal(b, &bf); err != nil {
-		t.Fatal(err)
-	}
-	fp32 := readPlainResult(t, "testdata/plain_dsclip_result.json").Steps[0].MicroLosses
+	bf := modeltest.ReadZeroResult(t, "testdata/z0_bf16_result.json")
+	fp32 := modeltest.ReadResult(t, "testdata/plain_dsclip_result.json").Steps[0].MicroLosses
 	m32, _ := newTestModel(t, cfg, Options{}, params)
 	bparams := slices.Clone(params)
-	model.RoundBF16(bparams)
-	m16, _ := newTestModel(t, cfg, Options{Round: model.RoundBF16}, bparams)
+	half.RoundBF16(bparams)
+	m16, _ := newTestModel(t, cfg, Options{Round: half.RoundBF16}, bparams)
 	for _, ml := range fp32 {
 		want := bf.Steps[0].MicroLosses[fmt.Sprintf("rank%d", ml.Rank)][ml.Micro]
 		idx, tgt := microBatch(tok, 0, ml.Micro, ml.Rank)
@@ -169,22 +149,5 @@ func TestParityGradientsStep1(t *testing.T) {
 		idx, tgt := microBatch(tok, 0, micro, 0)
 		step(t, m, idx, tgt, 4, 0.5)
 	}
-	l := m.Layout()
-	same, worst := 0, 0.0
-	for i, s := range l.Specs {
-		got, ref := l.View(m.Grads(), i), l.View(want, i)
-		var gmax, dmax float64
-		for j := range ref {
-			gmax = max(gmax, math.Abs(float64(ref[j])))
-			dmax = max(dmax, math.Abs(float64(got[j]-ref[j])))
-			if got[j] == ref[j] {
-				same++
-			}
-		}
-		worst = max(worst, dmax/gmax)
-		if dmax > 5e-6*gmax {
-			t.Errorf("%s: max |Δ| %.3g, largest gradient %.3g (rel %.2e > 5e-6)", s.Name, dmax, gmax, dmax/gmax)
-		}
-	}
-	t.Logf("gradients: worst tensor max|Δ|/max|g| %.2e; %d of %d elements bit-identical to torch", worst, same, len(want))
+	modeltest.CheckGrads(t, m.Layout(), m.Grads(), want, 5e-6)
 }

@@ -260,7 +260,7 @@ func (m *Model) Forward(x []float32, B int, y []float32) (float32, error) {
 	m.round(m.x)
 	inp := m.x
 	for i := range m.layers {
-		if err := m.hook(beforeForward, i); err != nil {
+		if err := m.hook(model.HookBeforeForward, i); err != nil {
 			return 0, err
 		}
 		L := &m.layers[i]
@@ -271,7 +271,7 @@ func (m *Model) Forward(x []float32, B int, y []float32) (float32, error) {
 			}
 		}
 		inp = m.h[i]
-		if err := m.hook(afterForward, i); err != nil {
+		if err := m.hook(model.HookAfterForward, i); err != nil {
 			return 0, err
 		}
 	}
@@ -315,7 +315,7 @@ func (m *Model) Backward(dlossScale float32) error {
 		dout[j] = d * norm * dlossScale
 	}
 	for i := last; i >= 0; i-- {
-		if err := m.hook(beforeBackward, i); err != nil {
+		if err := m.hook(model.HookBeforeBackward, i); err != nil {
 			return err
 		}
 		L := &m.layers[i]
@@ -331,45 +331,19 @@ func (m *Model) Backward(dlossScale float32) error {
 			inp, dinp = m.h[i-1], m.dh[i-1]
 		}
 		m.linearBackward(dinp, L.dw, L.db, m.dh[i], inp, L.w, B, L.in, L.out)
-		if err := m.hook(afterBackward, i); err != nil {
+		if err := m.hook(model.HookAfterBackward, i); err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
-type hookKind int
-
-const (
-	beforeForward hookKind = iota
-	afterForward
-	beforeBackward
-	afterBackward
-)
-
-var hookNames = [...]string{"BeforeForward", "AfterForward", "BeforeBackward", "AfterBackward"}
-
-// hook calls one UnitHooks method, if hooks are set, and names the unit in
-// its error.
-func (m *Model) hook(k hookKind, unit int) error {
-	h := m.opt.Hooks
-	if h == nil {
-		return nil
-	}
-	var err error
-	switch k {
-	case beforeForward:
-		err = h.BeforeForward(unit)
-	case afterForward:
-		err = h.AfterForward(unit)
-	case beforeBackward:
-		err = h.BeforeBackward(unit)
-	case afterBackward:
-		err = h.AfterBackward(unit)
-	}
-	if err != nil {
+// hook calls the unit hook of kind k, if any; a failing hook consumes the
+// Forward.
+func (m *Model) hook(k model.HookKind, unit int) error {
+	if err := model.CallHook(m.opt.Hooks, k, &m.layout, unit); err != nil {
 		m.ready = false
-		return fmt.Errorf("mlp: %s(unit %d %q): %w", hookNames[k], unit, m.layout.Units[unit].Name, err)
+		return fmt.Errorf("mlp: %w", err)
 	}
 	return nil
 }

@@ -1,43 +1,27 @@
 package mlp
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
 	"math"
 	"math/rand/v2"
-	"os"
 	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
-	"gonum.org/v1/gonum/blas"
-	"gonum.org/v1/gonum/blas/gonum"
 
+	"github.com/dszero/dszero/half"
 	"github.com/dszero/dszero/mem"
 	"github.com/dszero/dszero/model"
+	"github.com/dszero/dszero/model/internal/modeltest"
 )
-
-// gonumGemm adapts gonum's row-major Sgemm to model.Gemmer.
-type gonumGemm struct{}
-
-func (gonumGemm) Sgemm(transA, transB bool, m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, beta float32, c []float32, ldc int) {
-	ta, tb := blas.NoTrans, blas.NoTrans
-	if transA {
-		ta = blas.Trans
-	}
-	if transB {
-		tb = blas.Trans
-	}
-	gonum.Implementation{}.Sgemm(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
-}
 
 func newTestModel(t testing.TB, cfg Config, opt Options, init []float32) *Model {
 	t.Helper()
 	if opt.Gemm == nil {
-		opt.Gemm = gonumGemm{}
+		opt.Gemm = modeltest.Gonum(t)
 	}
 	if opt.Acct == nil {
 		opt.Acct = mem.NewAccountant(0)
@@ -90,28 +74,6 @@ func microBatch(x, y []float32, s, m, r int) ([]float32, []float32) {
 	return x[lo*16 : (lo+4)*16], y[lo*8 : (lo+4)*8]
 }
 
-type result struct {
-	Steps []struct {
-		MicroLosses []struct {
-			Micro, Rank int
-			Loss        float64
-		} `json:"micro_losses"`
-		EvalLossAfterStep float64 `json:"eval_loss_after_step"`
-	} `json:"steps"`
-}
-
-func readResult(t testing.TB) result {
-	b, err := os.ReadFile("testdata/plain_dsclip_result.json")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var r result
-	if err := json.Unmarshal(b, &r); err != nil {
-		t.Fatal(err)
-	}
-	return r
-}
-
 func TestLayoutMatchesHarness(t *testing.T) {
 	cfg, _ := Preset("tiny")
 	f, err := model.OpenSafetensors("testdata/mlp_init.safetensors")
@@ -144,17 +106,13 @@ func TestLayoutMatchesHarness(t *testing.T) {
 func TestParityMicroLossesStep1(t *testing.T) {
 	cfg, params, x, y := harness(t)
 	m := newTestModel(t, cfg, Options{}, params)
-	for _, ml := range readResult(t).Steps[0].MicroLosses {
+	for _, ml := range modeltest.ReadResult(t, "testdata/plain_dsclip_result.json").Steps[0].MicroLosses {
 		xb, yb := microBatch(x, y, 0, ml.Micro, ml.Rank)
 		loss, err := m.Forward(xb, 4, yb)
 		if err != nil {
 			t.Fatal(err)
 		}
-		rel := math.Abs(float64(loss)-ml.Loss) / ml.Loss
-		t.Logf("micro %d rank %d: ours %.9g torch %.9g rel %.2e", ml.Micro, ml.Rank, loss, ml.Loss, rel)
-		if rel > 1e-6 {
-			t.Errorf("micro %d rank %d: loss %.9g, torch %.9g (rel %.2e)", ml.Micro, ml.Rank, loss, ml.Loss, rel)
-		}
+		modeltest.CheckLoss(t, fmt.Sprintf("micro %d rank %d", ml.Micro, ml.Rank), loss, ml.Loss, 1e-6)
 	}
 }
 
@@ -166,19 +124,14 @@ func TestParityEvalAfterTraining(t *testing.T) {
 	if err := ReadWeights("testdata/plain_dsclip_final_fp32.safetensors", cfg, params); err != nil {
 		t.Fatal(err)
 	}
-	res := readResult(t)
-	want := res.Steps[len(res.Steps)-1].EvalLossAfterStep
+	res := modeltest.ReadResult(t, "testdata/plain_dsclip_result.json")
 	m := newTestModel(t, cfg, Options{}, params)
 	xb, yb := microBatch(x, y, 0, 0, 0)
 	loss, err := m.Forward(xb, 4, yb)
 	if err != nil {
 		t.Fatal(err)
 	}
-	rel := math.Abs(float64(loss)-want) / want
-	t.Logf("eval after step 10: ours %.9g torch %.9g rel %.2e", loss, want, rel)
-	if rel > 1e-6 {
-		t.Errorf("eval loss %.9g, torch %.9g (rel %.2e)", loss, want, rel)
-	}
+	modeltest.CheckLoss(t, "eval after step 10", loss, res.Steps[len(res.Steps)-1].EvalLossAfterStep, 1e-6)
 }
 
 // TestBF16EmulationStep1 compares bf16-emulated losses with DeepSpeed's
@@ -188,21 +141,10 @@ func TestParityEvalAfterTraining(t *testing.T) {
 // bf16 moves them by up to 2e-4 from fp32.
 func TestBF16EmulationStep1(t *testing.T) {
 	cfg, params, x, y := harness(t)
-	b, err := os.ReadFile("testdata/z0_bf16_result.json")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var bf struct {
-		Steps []struct {
-			MicroLosses map[string][]float64 `json:"micro_losses"`
-		} `json:"steps"`
-	}
-	if err := json.Unmarshal(b, &bf); err != nil {
-		t.Fatal(err)
-	}
-	model.RoundBF16(params)
-	m := newTestModel(t, cfg, Options{Round: model.RoundBF16}, params)
-	for _, ml := range readResult(t).Steps[0].MicroLosses {
+	bf := modeltest.ReadZeroResult(t, "testdata/z0_bf16_result.json")
+	half.RoundBF16(params)
+	m := newTestModel(t, cfg, Options{Round: half.RoundBF16}, params)
+	for _, ml := range modeltest.ReadResult(t, "testdata/plain_dsclip_result.json").Steps[0].MicroLosses {
 		want := bf.Steps[0].MicroLosses[fmt.Sprintf("rank%d", ml.Rank)][ml.Micro]
 		xb, yb := microBatch(x, y, 0, ml.Micro, ml.Rank)
 		loss, err := m.Forward(xb, 4, yb)
@@ -310,30 +252,10 @@ func TestGradientCheck(t *testing.T) {
 	}
 }
 
-type recorder struct {
-	log    []string
-	failAt string
-}
-
-var errInjected = errors.New("injected")
-
-func (r *recorder) ev(s string, u int) error {
-	e := fmt.Sprintf("%s%d", s, u)
-	r.log = append(r.log, e)
-	if e == r.failAt {
-		return errInjected
-	}
-	return nil
-}
-func (r *recorder) BeforeForward(u int) error  { return r.ev("BF", u) }
-func (r *recorder) AfterForward(u int) error   { return r.ev("AF", u) }
-func (r *recorder) BeforeBackward(u int) error { return r.ev("BB", u) }
-func (r *recorder) AfterBackward(u int) error  { return r.ev("AB", u) }
-
 func TestHooks(t *testing.T) {
 	cfg, params, x, y := harness(t)
 	xb, yb := microBatch(x, y, 0, 0, 0)
-	r := &recorder{}
+	r := &modeltest.Recorder{}
 	m := newTestModel(t, cfg, Options{Hooks: r}, params)
 	if _, err := m.Forward(xb, 4, yb); err != nil {
 		t.Fatal(err)
@@ -341,16 +263,16 @@ func TestHooks(t *testing.T) {
 	if err := m.Backward(1); err != nil {
 		t.Fatal(err)
 	}
-	want := []string{"BF0", "AF0", "BF1", "AF1", "BF2", "AF2", "BB2", "AB2", "BB1", "AB1", "BB0", "AB0"}
-	if d := cmp.Diff(want, r.log); d != "" {
+	want := []string{"BF(0)", "AF(0)", "BF(1)", "AF(1)", "BF(2)", "AF(2)", "BB(2)", "AB(2)", "BB(1)", "AB(1)", "BB(0)", "AB(0)"}
+	if d := cmp.Diff(want, r.Log); d != "" {
 		t.Errorf("hook order (-want +got):\n%s", d)
 	}
-	r2 := &recorder{failAt: "BB1"}
+	r2 := &modeltest.Recorder{FailAt: "BB(1)"}
 	m2 := newTestModel(t, cfg, Options{Hooks: r2}, params)
 	if _, err := m2.Forward(xb, 4, yb); err != nil {
 		t.Fatal(err)
 	}
-	if err := m2.Backward(1); !errors.Is(err, errInjected) || !strings.Contains(err.Error(), `"fc2"`) {
+	if err := m2.Backward(1); !errors.Is(err, modeltest.ErrInjected) || !strings.Contains(err.Error(), `"fc2"`) {
 		t.Errorf("failing hook: %v", err)
 	}
 }
@@ -378,10 +300,10 @@ func TestAccumulationScaleAndErrors(t *testing.T) {
 			t.Fatalf("grad[%d]: accumulated %v, sum of micro-steps %v", i, acc[i], a[i]+b[i])
 		}
 	}
-	half := run(0.5, [2][]float32{x0, y0})
+	halved := run(0.5, [2][]float32{x0, y0})
 	for i := range a {
-		if 2*half[i] != a[i] {
-			t.Fatalf("grad[%d] with scale 0.5 is %v, with 1 %v", i, half[i], a[i])
+		if 2*halved[i] != a[i] {
+			t.Fatalf("grad[%d] with scale 0.5 is %v, with 1 %v", i, halved[i], a[i])
 		}
 	}
 
@@ -470,22 +392,5 @@ func TestParityGradientsStep1(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	l := m.Layout()
-	same, worst := 0, 0.0
-	for i, s := range l.Specs {
-		got, ref := l.View(m.Grads(), i), l.View(want, i)
-		var gmax, dmax float64
-		for j := range ref {
-			gmax = max(gmax, math.Abs(float64(ref[j])))
-			dmax = max(dmax, math.Abs(float64(got[j]-ref[j])))
-			if got[j] == ref[j] {
-				same++
-			}
-		}
-		worst = max(worst, dmax/gmax)
-		if dmax > 5e-6*gmax {
-			t.Errorf("%s: max |Δ| %.3g, largest gradient %.3g (rel %.2e > 5e-6)", s.Name, dmax, gmax, dmax/gmax)
-		}
-	}
-	t.Logf("gradients: worst tensor max|Δ|/max|g| %.2e; %d of %d elements bit-identical to torch", worst, same, len(want))
+	modeltest.CheckGrads(t, m.Layout(), m.Grads(), want, 5e-6)
 }
