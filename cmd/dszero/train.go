@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"runtime/pprof"
 	"strings"
 	"time"
 
@@ -38,6 +39,7 @@ func runTrain(args []string, stdout, stderr io.Writer) int {
 	blasName := fs.String("blas", "auto", "matmul backend: auto, openblas or gonum")
 	threads := fs.Int("threads", 0, "BLAS threads (default: OpenBLAS's own)")
 	quiet := fs.Bool("quiet", false, "no progress bar")
+	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile (go tool pprof) to this file")
 	hf := hfFlags(fs)
 	if err := fs.Parse(args); err != nil {
 		return 2
@@ -145,6 +147,16 @@ func runTrain(args []string, stdout, stderr io.Writer) int {
 	if !*quiet {
 		bar = progressbar.NewOptions(n, progressbar.OptionSetWriter(stderr), progressbar.OptionSetDescription("training"),
 			progressbar.OptionShowCount(), progressbar.OptionThrottle(200*time.Millisecond), progressbar.OptionClearOnFinish())
+	}
+	if *cpuProfile != "" {
+		f, err := os.Create(*cpuProfile)
+		if err != nil {
+			return fail("--cpuprofile: %v", err)
+		}
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return fail("--cpuprofile: %v", err)
+		}
+		defer func() { pprof.StopCPUProfile(); f.Close() }()
 	}
 	var first, last train.Record
 	start := time.Now()

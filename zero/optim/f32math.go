@@ -35,11 +35,14 @@ func fmaD(a, b, c float32) float64 {
 // float32 of the exact value s was rounded from. In the normal float32
 // range (|s| ≥ 2^-126: biased float64 exponent ≥ 0x381) the float32
 // midpoints are the float64 values whose low 29 significand bits are
-// exactly 1<<28; any other s rounds like the exact value. Hot loops inline
+// exactly 1<<28; any other s rounds like the exact value, and so does a
+// zero. Hot loops inline
 // this test and call fma32Slow on the rare miss.
 func roundsLikeExact(s float64) bool {
 	bits := math.Float64bits(s)
-	return bits&(1<<29-1) != 1<<28 && bits&(0x7FF<<52) >= 0x381<<52
+	// A zero sum of two float64 values is exact (its sign too), so zeros
+	// (the gradients of unused embedding rows) stay on the fast path.
+	return bits&(1<<29-1) != 1<<28 && bits&(0x7FF<<52) >= 0x381<<52 || bits<<1 == 0
 }
 
 // fma32Slow handles midpoints, float32 subnormals, zeros, Inf and NaN.
