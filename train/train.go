@@ -32,8 +32,10 @@ type Config struct {
 	Batches Batches
 	SeqLen  int // tokens per sample; ≤ Model.Context
 	Steps   int // optimizer steps
-	Acct    *mem.Accountant
-	Gemm    model.Gemmer
+	// ReturnParams makes Run return a copy of the final fp32 parameters.
+	ReturnParams bool
+	Acct         *mem.Accountant
+	Gemm         model.Gemmer
 	// Checkpoint recomputes each block in backward (activation
 	// checkpointing); CPUCheckpoint keeps the saved inputs in host memory.
 	Checkpoint, CPUCheckpoint bool
@@ -55,8 +57,8 @@ type Record struct {
 	PeakHost   int64            `json:"peak_pinned_host_bytes"`
 }
 
-// Run trains for cfg.Steps steps, calling onStep after each. It returns the
-// final fp32 master parameters.
+// Run trains for cfg.Steps steps, calling onStep after each. With
+// cfg.ReturnParams it returns a copy of the final fp32 master parameters.
 func Run(cfg Config, onStep func(Record) error) ([]float32, error) {
 	p := cfg.Plan
 	if cfg.SeqLen < 1 || cfg.SeqLen > cfg.Model.Context {
@@ -66,14 +68,13 @@ func Run(cfg Config, onStep func(Record) error) ([]float32, error) {
 		return nil, fmt.Errorf("this build of dszero trains on one rank; --world-size/--nproc %d is not supported yet", p.WorldSize)
 	}
 	layout := cfg.Model.WithDefaults().Layout()
-	init := cfg.Init
-	if init == nil {
-		init = make([]float32, layout.Numel)
-		layout.InitRange(cfg.Seed, init, 0)
-	} else if len(init) != layout.Numel {
-		return nil, fmt.Errorf("initial weights have %d elements, the model %d", len(init), layout.Numel)
+	opts := zero.Options{Acct: cfg.Acct, Layout: &layout, Init: cfg.Init, Workers: cfg.Workers, Version: cfg.Version}
+	if cfg.Init == nil {
+		opts.InitFunc = func(master []float32) { layout.InitRange(cfg.Seed, master, 0) }
+	} else if len(cfg.Init) != layout.Numel {
+		return nil, fmt.Errorf("initial weights have %d elements, the model %d", len(cfg.Init), layout.Numel)
 	}
-	eng, err := zero.NewEngine(p, zero.Options{Acct: cfg.Acct, Layout: &layout, Init: init, Workers: cfg.Workers, Version: cfg.Version})
+	eng, err := zero.NewEngine(p, opts)
 	if err != nil {
 		return nil, err
 	}
@@ -123,6 +124,9 @@ func Run(cfg Config, onStep func(Record) error) ([]float32, error) {
 				return nil, err
 			}
 		}
+	}
+	if !cfg.ReturnParams {
+		return nil, nil
 	}
 	return append([]float32(nil), eng.MasterParams()...), nil
 }

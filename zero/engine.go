@@ -22,6 +22,9 @@ type Options struct {
 	Acct   *mem.Accountant
 	Layout *model.Layout
 	Init   []float32 // initial fp32 parameters, layout.Numel of them
+	// InitFunc, instead of Init, writes the initial parameters into the
+	// rank's master buffer (random initialization without a second copy).
+	InitFunc func(master []float32)
 	// Workers bounds the optimizer's goroutines; 0 means GOMAXPROCS.
 	Workers int
 	// Version is the DeepSpeed release to follow (default 0.19.5).
@@ -86,7 +89,7 @@ func NewEngine(plan dsconfig.Plan, o Options) (*Engine, error) {
 		round = half.RoundF16
 	}
 	alloc := optim.Alloc{Acct: o.Acct, Tier: mem.Device}
-	s0, err := NewStage0(Stage0Options{Acct: o.Acct, Layout: o.Layout, Init: o.Init, Round: round, Clip: plan.GradientClipping, Pool: e.pool,
+	s0, err := NewStage0(Stage0Options{Acct: o.Acct, Layout: o.Layout, Init: o.Init, InitFunc: o.InitFunc, Round: round, Clip: plan.GradientClipping, Pool: e.pool,
 		World: plan.WorldSize, Prescale: plan.PrescaleGradients, Predivide: plan.GradientPredivideFactor,
 		NewOptimizer: func(n int) (optim.Optimizer, error) { return newOptimizer(plan, n, alloc, e.pool) }})
 	if err != nil {

@@ -38,8 +38,10 @@ var _ Strategy = (*Stage0)(nil)
 type Stage0Options struct {
 	Acct   *mem.Accountant
 	Layout *model.Layout
-	// Init are the initial fp32 parameters (copied).
-	Init []float32
+	// Init are the initial fp32 parameters (copied); or InitFunc writes
+	// them straight into the master buffer (no second copy of the model).
+	Init     []float32
+	InitFunc func(master []float32)
 	// Round emulates a 16-bit working precision (half.RoundBF16, ...); nil
 	// for fp32.
 	Round func([]float32)
@@ -60,7 +62,7 @@ type Stage0Options struct {
 // working copy), gradients, and the optimizer state.
 func NewStage0(o Stage0Options) (_ *Stage0, err error) {
 	n := o.Layout.Numel
-	if len(o.Init) != n {
+	if o.InitFunc == nil && len(o.Init) != n {
 		return nil, fmt.Errorf("stage 0: %d initial parameters for a model of %d", len(o.Init), n)
 	}
 	if o.World < 1 {
@@ -79,7 +81,11 @@ func NewStage0(o Stage0Options) (_ *Stage0, err error) {
 	if s.master, err = o.Acct.F32(mem.MasterParams, mem.Device, n); err != nil {
 		return nil, fmt.Errorf("stage 0: fp32 master parameters: %w", err)
 	}
-	copy(s.master, o.Init)
+	if o.InitFunc != nil {
+		o.InitFunc(s.master)
+	} else {
+		copy(s.master, o.Init)
+	}
 	s.work = s.master
 	if o.Round != nil {
 		// The CPU backend keeps 16-bit values widened to float32, and
