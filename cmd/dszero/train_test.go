@@ -1,0 +1,67 @@
+package main
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// TestTrainBadInputs: every bad input is a clear error (exit 1), never a panic.
+func TestTrainBadInputs(t *testing.T) {
+	dir := t.TempDir()
+	empty := filepath.Join(dir, "empty.txt")
+	os.WriteFile(empty, nil, 0o644)
+	badModel := filepath.Join(dir, "model")
+	os.MkdirAll(badModel, 0o755)
+	os.WriteFile(filepath.Join(badModel, "config.json"), []byte(`{"n_embd": 64, "n_layer": 1, "n_head": 4, "n_positions": 32, "vocab_size": 256}`), 0o644)
+	stage3 := filepath.Join(dir, "z3.json")
+	os.WriteFile(stage3, []byte(`{"train_micro_batch_size_per_gpu": 2, "optimizer": {"type": "AdamW"}, "zero_optimization": {"stage": 3}}`), 0o644)
+	cases := []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--data", empty}, "empty"},
+		{[]string{"--data", filepath.Join(dir, "missing.txt")}, "no such file"},
+		{[]string{"--model", "gpt5"}, "unknown preset"},
+		{[]string{"--model", badModel}, "model.safetensors"},
+		{[]string{"--seq", "4096"}, "context"},
+		{[]string{"--deepspeed", filepath.Join(dir, "none.json")}, "no such file"},
+		{[]string{"--deepspeed", stage3}, "stage 3"},
+		{[]string{"--device-memory", "12 parsecs"}, "--device-memory"},
+		{[]string{"--device-memory", "1MiB"}, "out of device memory"},
+	}
+	for _, tc := range cases {
+		code, out, errs := runCLI(append([]string{"train", "--quiet", "--steps", "1"}, tc.args...)...)
+		if code != 1 || !strings.Contains(out+errs, tc.want) {
+			t.Errorf("%v: exit %d, want 1 and %q in\n%s%s", tc.args, code, tc.want, out, errs)
+		}
+	}
+}
+
+// TestTrainJSONLog runs a few steps of the tiny model and checks the log.
+func TestTrainJSONLog(t *testing.T) {
+	log := filepath.Join(t.TempDir(), "log.jsonl")
+	code, out, errs := runCLI("train", "--quiet", "--model", "tiny", "--steps", "3", "--seq", "16", "--json-log", log, "--data", "random")
+	if code != 0 {
+		t.Fatalf("exit %d\n%s%s", code, out, errs)
+	}
+	raw, err := os.ReadFile(log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(strings.TrimSpace(string(raw)), "\n")
+	if len(lines) != 3 {
+		t.Fatalf("%d log lines", len(lines))
+	}
+	var rec map[string]any
+	if err := json.Unmarshal([]byte(lines[2]), &rec); err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range []string{"step", "loss", "lr", "loss_scale", "grad_norm", "skipped", "tokens_per_s", "peak_bytes"} {
+		if _, ok := rec[k]; !ok {
+			t.Errorf("log record lacks %q: %v", k, rec)
+		}
+	}
+}
