@@ -159,7 +159,7 @@ func (b *block) get(name string, aliases ...string) *field {
 	if viaAlias {
 		f.source = FromAlias
 	}
-	if filled, ok := b.c.hfFilled[f.path]; ok && filled {
+	if b.c.hfFilled[f.path] || b.c.hfFilled[f.diagPath] {
 		f.source = FromHF
 	}
 	if v.Kind == lenient.String && v.Str == "auto" {

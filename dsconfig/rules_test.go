@@ -368,8 +368,10 @@ func TestHFModeFillsAuto(t *testing.T) {
 	if z.ReduceBucketSize != 768*768 || z.PrefetchBucketSize != 530841 || z.ParamPersistenceThreshold != 7680 {
 		t.Errorf("zero buckets %d %d %d", z.ReduceBucketSize, z.PrefetchBucketSize, z.ParamPersistenceThreshold)
 	}
-	if s, _ := settingOf(p, "optimizer.params.lr"); s.Source != FromHF {
-		t.Errorf("lr source %v", s.Source)
+	for _, path := range []string{"optimizer.params.lr", "zero_optimization.prefetch_bucket_size", "train_batch_size"} {
+		if s, _ := settingOf(p, path); s.Source != FromHF {
+			t.Errorf("%s: source %v, want auto→hf", path, s.Source)
+		}
 	}
 }
 
