@@ -88,6 +88,7 @@ func runTrain(args []string, stdout, stderr io.Writer) int {
 	if err != nil {
 		return fail("%v", err)
 	}
+	dev := device.NewCPU(acct, engine) // the rank's device: its accountant and kernels
 
 	var mcfg gpt.Config
 	var init []float32
@@ -160,7 +161,7 @@ func runTrain(args []string, stdout, stderr io.Writer) int {
 	}
 	var first, last train.Record
 	start := time.Now()
-	_, err = train.Run(train.Config{Plan: plan, Model: mcfg, Init: init, Seed: *seed, Batches: loader, SeqLen: T, Steps: n, Acct: acct, Gemm: engine,
+	_, err = train.Run(train.Config{Plan: plan, Model: mcfg, Init: init, Seed: *seed, Batches: loader, SeqLen: T, Steps: n, Acct: dev.Accountant(), Gemm: dev.BLAS(),
 		Checkpoint: *ckpt || plan.ActivationCheckpointing.Present, CPUCheckpoint: plan.ActivationCheckpointing.CPUCheckpointing},
 		func(r train.Record) error {
 			if r.Step == 1 {
