@@ -304,7 +304,16 @@ type adamKernel struct {
 	p, g, m, v, vmax   []float32
 }
 
+// Chunk runs the AVX2 kernels (adam_avx2_amd64.go), where the CPU has
+// them, on all but the last (hi-lo)%8 elements, and the scalar kernels on
+// the rest: the whole range with AMSGrad, on other CPUs and under the
+// purego build tag. Both give the same bits.
 func (k *adamKernel) Chunk(lo, hi int) {
+	k.scalar(k.vector(lo, hi), hi)
+}
+
+// scalar updates [lo, hi) one element at a time.
+func (k *adamKernel) scalar(lo, hi int) {
 	switch {
 	case k.mode == kDeepSpeed:
 		k.deepSpeed(lo, hi)

@@ -93,6 +93,19 @@
 // (4 rounded squares added, then fmas); its sum is the 4-level cascade of
 // SumKernel.cpp. Both are reproduced and golden-tested.
 //
+// # Vector kernels
+//
+// On amd64 CPUs with AVX2 and FMA3 (golang.org/x/sys/cpu), the Adam
+// kernels without AMSGrad run 8 float32 lanes in assembly
+// (adam_avx2_amd64.s). Each instruction is one float32 operation of the
+// scalar code, in its order, and the FMA instruction rounds once as fma32
+// does, so every element gets the scalar code's bits (a NaN stays a NaN;
+// which payload survives where two meet is the compiler's operand order).
+// The last (hi−lo)%8 elements of a chunk and AMSGrad run the scalar code,
+// which is the whole implementation on other CPUs and under the build tag
+// purego. The assembly is called in blocks of 64 Ki elements, so the
+// scheduler and the GC can preempt a long step between them.
+//
 // # Parallelism
 //
 // The updates are elementwise, so a Pool splits a partition into one
