@@ -1,0 +1,203 @@
+package comm_test
+
+import (
+	"fmt"
+	"math"
+	"slices"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/dszero/dszero/blas"
+	"github.com/dszero/dszero/comm"
+	"github.com/dszero/dszero/comm/commtest"
+	"github.com/dszero/dszero/device"
+	"github.com/dszero/dszero/half"
+	"github.com/dszero/dszero/mem"
+)
+
+// TestReduceMatchesReference: the blocked kernel equals the serial
+// per-element definition bit for bit, at lengths around the block size,
+// with separate destinations and in place (every dst is its src).
+func TestReduceMatchesReference(t *testing.T) {
+	for _, dt := range []device.DType{device.F32, device.F16, device.BF16} {
+		for _, op := range []comm.Op{comm.Sum, comm.Avg} {
+			for nsrc := 1; nsrc <= 5; nsrc++ {
+				for _, n := range []int{0, 1, 1023, 1024, 1025, 3001} {
+					name := fmt.Sprintf("%v/%v/srcs=%d/len=%d", dt, op, nsrc, n)
+					tc := commtest.Case{DType: dt, Seed: uint64(n*10 + nsrc)}
+					vals := make([][]float32, nsrc)
+					srcs := make([]comm.Buffer, nsrc)
+					for k := range vals {
+						vals[k] = commtest.Values(tc, k, n)
+						srcs[k] = commtest.Encode(dt, vals[k])
+					}
+					want := make([]uint32, n)
+					col := make([]float32, nsrc)
+					for i := range want {
+						for k := range vals {
+							col[k] = vals[k][i]
+						}
+						want[i] = commtest.Reference(dt, op, col)
+					}
+					out := commtest.Encode(dt, make([]float32, n))
+					other := commtest.Encode(dt, make([]float32, n))
+					comm.Reduce([]comm.Buffer{out, other}, srcs, op)
+					for _, got := range []comm.Buffer{out, other} {
+						if g := commtest.Bits(got); !slices.Equal(want, g) {
+							t.Fatalf("%s: (-want +got):\n%s", name, cmp.Diff(want, g))
+						}
+					}
+					comm.Reduce(srcs, srcs, op) // in place, as the in-process all_reduce does
+					for k, got := range srcs {
+						if g := commtest.Bits(got); !slices.Equal(want, g) {
+							t.Fatalf("%s in place, src %d: (-want +got):\n%s", name, k, cmp.Diff(want, g))
+						}
+					}
+				}
+			}
+		}
+	}
+}
+
+// TestReduceRoundsOnce pins the documented 16-bit rule: accumulate in
+// float32, round once. In bf16 (8 significant bits) 1 + 2^-8 rounds back to
+// 1 (a tie, to even), so rounding after every addition would lose both
+// small terms; one rounding at the end keeps their sum 2^-7.
+func TestReduceRoundsOnce(t *testing.T) {
+	small := float32(math.Ldexp(1, -8))
+	srcs := []comm.Buffer{
+		comm.BF16([]uint16{half.BF16FromF32(1)}),
+		comm.BF16([]uint16{half.BF16FromF32(small)}),
+		comm.BF16([]uint16{half.BF16FromF32(small)}),
+	}
+	out := comm.BF16(make([]uint16, 1))
+	comm.Reduce([]comm.Buffer{out}, srcs, comm.Sum)
+	if got, want := half.F32FromBF16(out.Bits()[0]), float32(1+math.Ldexp(1, -7)); got != want {
+		t.Errorf("bf16 1 + 2^-8 + 2^-8 = %v, want %v", got, want)
+	}
+}
+
+// TestReduceOrder pins the order: rank 0 first. In float32,
+// (2^24 + 1) + 1 = 2^24 (each 1 is lost to rounding), while 1 + 1 + 2^24
+// would be 2^24 + 2.
+func TestReduceOrder(t *testing.T) {
+	big := float32(1 << 24)
+	out := comm.F32(make([]float32, 1))
+	comm.Reduce([]comm.Buffer{out}, []comm.Buffer{comm.F32([]float32{big}), comm.F32([]float32{1}), comm.F32([]float32{1})}, comm.Sum)
+	if got := out.F32()[0]; got != big {
+		t.Errorf("2^24 + 1 + 1 = %v, want %v (rank order, float32)", got, big)
+	}
+	comm.Reduce([]comm.Buffer{out}, []comm.Buffer{comm.F32([]float32{1}), comm.F32([]float32{1}), comm.F32([]float32{big})}, comm.Sum)
+	if got := out.F32()[0]; got != big+2 {
+		t.Errorf("1 + 1 + 2^24 = %v, want %v", got, big+2)
+	}
+	// Avg divides once: 0.1+0.2+0.4 in float32, then / 3.
+	comm.Reduce([]comm.Buffer{out}, []comm.Buffer{comm.F32([]float32{0.1}), comm.F32([]float32{0.2}), comm.F32([]float32{0.4})}, comm.Avg)
+	if got, want := out.F32()[0], (float32(0.1)+float32(0.2)+float32(0.4))/3; got != want {
+		t.Errorf("avg = %v, want %v", got, want)
+	}
+}
+
+func TestReducePanicsOnMisuse(t *testing.T) {
+	for name, f := range map[string]func(){
+		"no sources": func() { comm.Reduce(nil, nil, comm.Sum) },
+		"lengths": func() {
+			comm.Reduce(nil, []comm.Buffer{comm.F32(make([]float32, 2)), comm.F32(make([]float32, 3))}, comm.Sum)
+		},
+		"dtypes": func() {
+			comm.Reduce([]comm.Buffer{comm.BF16(make([]uint16, 2))}, []comm.Buffer{comm.F16(make([]uint16, 2))}, comm.Sum)
+		},
+		"op": func() { comm.Reduce(nil, []comm.Buffer{comm.F32(nil)}, comm.Op(9)) },
+	} {
+		func() {
+			defer func() {
+				if recover() == nil {
+					t.Errorf("%s: no panic", name)
+				}
+			}()
+			f()
+		}()
+	}
+}
+
+func TestBufferViews(t *testing.T) {
+	x := []float32{1, 2, 3, 4}
+	b := comm.F32(x).Slice(1, 3)
+	if b.Len() != 2 || b.Bytes() != 8 || b.F32()[0] != 2 || b.String() != "fp32[2]" {
+		t.Errorf("slice view: %v %v", b, b.F32())
+	}
+	b.F32()[0] = 20
+	if x[1] != 20 {
+		t.Error("a Buffer must be a view, not a copy")
+	}
+	h := comm.BF16(make([]uint16, 6))
+	if h.Bytes() != 12 || h.DType() != device.BF16 {
+		t.Errorf("bf16 buffer: %v, %d bytes", h, h.Bytes())
+	}
+	engine, err := blas.New(blas.Options{Backend: blas.Gonum})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cpu := device.NewCPU(mem.NewAccountant(0), engine)
+	db, err := cpu.Alloc(mem.Grads, mem.Device, device.F16, 5)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cpu.Free(db)
+	if v := comm.Of(db); v.DType() != device.F16 || v.Len() != 5 || &v.Bits()[0] != &db.Bits()[0] {
+		t.Errorf("Of(device buffer) = %v, not a view of it", v)
+	}
+}
+
+func TestNominalTraffic(t *testing.T) {
+	tests := []struct {
+		kind       comm.Kind
+		n, rank    int
+		root       int
+		b          int64
+		sent, recv int64
+	}{
+		{comm.KindAllReduce, 4, 0, 0, 400, 600, 600},
+		{comm.KindAllReduce, 1, 0, 0, 400, 0, 0},
+		{comm.KindReduceScatter, 4, 1, 0, 400, 300, 300},
+		{comm.KindAllGather, 2, 1, 0, 400, 200, 200},
+		{comm.KindBroadcast, 3, 2, 2, 400, 400, 0},
+		{comm.KindBroadcast, 3, 0, 2, 400, 0, 400},
+		{comm.KindBarrier, 3, 0, 0, 0, 0, 0},
+	}
+	for _, tt := range tests {
+		s, r := comm.NominalTraffic(tt.kind, tt.n, tt.rank, tt.root, tt.b)
+		if s != tt.sent || r != tt.recv {
+			t.Errorf("%v n=%d rank=%d: sent %d received %d, want %d %d", tt.kind, tt.n, tt.rank, s, r, tt.sent, tt.recv)
+		}
+	}
+	var tr comm.Traffic
+	tr.Record(comm.KindAllReduce, comm.Counts{Calls: 1, Bytes: 8, Sent: 12, Received: 12})
+	tr.Record(comm.KindAllGather, comm.Counts{Calls: 2, Bytes: 4, Sent: 2, Received: 2})
+	if d := cmp.Diff(comm.Counts{Calls: 3, Bytes: 12, Sent: 14, Received: 14}, tr.Total()); d != "" {
+		t.Errorf("Total (-want +got):\n%s", d)
+	}
+}
+
+// BenchmarkReduce is the in-process all_reduce kernel on one rank's share:
+// n sources reduced in place into all n (dsts = srcs), 4 MiB each. SetBytes
+// counts what the kernel reads and writes.
+func BenchmarkReduce(b *testing.B) {
+	for _, n := range []int{2, 4} {
+		b.Run(fmt.Sprintf("fp32/srcs=%d", n), func(b *testing.B) {
+			bufs := make([]comm.Buffer, n)
+			for k := range bufs {
+				x := make([]float32, 1<<20)
+				for i := range x {
+					x[i] = 1
+				}
+				bufs[k] = comm.F32(x)
+			}
+			b.SetBytes(2 * int64(n) * bufs[0].Bytes())
+			for b.Loop() {
+				comm.Reduce(bufs, bufs, comm.Avg)
+			}
+		})
+	}
+}
