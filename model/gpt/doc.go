@@ -28,6 +28,10 @@
 // holds views into a buffer the caller binds (Model.Bind); gradients go to
 // a second buffer of the same layout and ACCUMULATE (+=) across Backward
 // calls, so gradient accumulation is just several Forward/Backward pairs.
+// At an accumulation boundary the owner of the buffer calls
+// Model.OverwriteGrads instead of clearing it: the next Backward then
+// writes each gradient straight into the buffer (PyTorch with .grad set
+// to None), and the ones after it accumulate again.
 // The units are embeddings (0), blocks.l (1+l) and head (L+1); the
 // optional UnitHooks are called around each unit in both passes.
 //
@@ -69,9 +73,14 @@
 // torch does in float32 (LayerNorm moments, softmax sums, bias and
 // LayerNorm parameter gradients, the mean loss) are accumulated in
 // float64 here; GELU and exp are evaluated in float64. Results agree with
-// PyTorch to about 1e-7 relative, not bit for bit. Each parameter
-// gradient of a Backward is computed whole into a scratch and then added
-// to the gradient buffer, as PyTorch's AccumulateGrad does (grad + new).
-// With tied embeddings the head's and the embedding's contributions to
-// wte are added one after the other (PyTorch sums them first).
+// PyTorch to about 1e-7 relative, not bit for bit. The attention's
+// q·kᵀ, att·v and their backward are GEMMs per (batch, head), as torch's
+// bmm, over row blocks that leave out the fully masked keys. Each
+// parameter gradient of a Backward is computed whole into a scratch and
+// then added to the gradient buffer, as PyTorch's AccumulateGrad does
+// (grad + new); after OverwriteGrads it is computed in place (a weight
+// gradient is one GEMM with beta = 0 into the gradient view), which
+// gives the same bits except that a -0 is not turned into +0. With tied
+// embeddings the head's and the embedding's contributions to wte are
+// added one after the other (PyTorch sums them first).
 package gpt

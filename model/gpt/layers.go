@@ -5,21 +5,23 @@ import "math"
 // Layers, each a forward and its mirror-image backward. Shapes use
 // B (batch), T (sequence), N = B*T rows, C (width), M (MLP width),
 // V (vocabulary). Forward outputs are written (=); backward writes
-// activation gradients (=) and accumulates parameter gradients (+=).
+// activation gradients (=) and accumulates parameter gradients (+=), or
+// writes them (=) in a Backward after OverwriteGrads.
 //
 // Every op output goes through m.round (16-bit emulation, a no-op
-// otherwise). A parameter gradient of one Backward is computed whole into
-// a scratch (gradTarget), rounded with Round, and added to the gradient
-// buffer (gradCommit), like PyTorch's AccumulateGrad and like a 16-bit
-// .grad added into fp32 accumulators.
+// otherwise). A parameter gradient of one Backward is computed whole
+// (gradOut), rounded with Round, and then added to the gradient buffer
+// (gradCommit), like PyTorch's AccumulateGrad and like a 16-bit .grad
+// added into fp32 accumulators. After OverwriteGrads it is computed
+// straight into the gradient buffer instead, and nothing is added.
 
 // jobs are the model's pre-allocated pool tasks (a dispatch allocates
 // nothing).
 type jobs struct {
-	gelu  geluJob
-	ce    ceJob
-	attn  attnJob
-	attnB attnBackJob
+	gelu       geluJob
+	ce         ceJob
+	softmax    softmaxJob
+	roundHeads roundHeadsJob
 }
 
 func (m *Model) round(s []float32) {
@@ -28,20 +30,27 @@ func (m *Model) round(s []float32) {
 	}
 }
 
-// gradTarget returns the zeroed scratch where a parameter gradient of
-// this Backward is computed, before gradCommit adds it to grad. As in
-// PyTorch, a micro-step's gradient is computed whole and then added to
-// the accumulated .grad (AccumulateGrad: grad + new), so the sum does not
-// depend on how the Gemmer blocks its accumulation.
-func (m *Model) gradTarget(grad []float32) []float32 {
-	dst := m.pg[:len(grad)]
-	clear(dst)
-	return dst
+// gradOut returns where a parameter gradient of this Backward is
+// computed; the caller writes every element of it and then calls
+// gradCommit. After OverwriteGrads it is the gradient view itself.
+// Otherwise it is a scratch, because as in PyTorch a micro-step's
+// gradient is computed whole and then added to the accumulated .grad
+// (AccumulateGrad: grad + new), so the sum does not depend on how the
+// Gemmer blocks its accumulation.
+func (m *Model) gradOut(grad []float32) []float32 {
+	if m.overwriting {
+		return grad
+	}
+	return m.pg[:len(grad)]
 }
 
-// gradCommit rounds the fresh gradient (with Round) and adds it to grad.
+// gradCommit rounds the fresh gradient in dst (from gradOut) with Round
+// and, unless it was computed in place, adds it to grad.
 func (m *Model) gradCommit(grad, dst []float32) {
 	m.round(dst)
+	if m.overwriting {
+		return
+	}
 	grad = grad[:len(dst)]
 	for i, v := range dst {
 		grad[i] += v
@@ -67,11 +76,16 @@ func (m *Model) encoderForward(out []float32, tokens []int32, wte, wpe []float32
 // encoderBackward: dwte[tokens[b,t],:] += dout[b,t,:], dwpe[t,:] += dout[b,t,:].
 // With Round the wte rows are rounded after each add, as a 16-bit
 // index_add does; the wpe gradient is summed over the batch in fp32 and
-// rounded once.
+// rounded once. wpe rows T..Context-1 get no gradient: they keep theirs,
+// or are zeroed after OverwriteGrads.
 func (m *Model) encoderBackward(dwte, dwpe, dout []float32, tokens []int32, B, T int) {
 	C := m.cfg.Dim
+	if m.overwriting {
+		clear(dwpe[T*C:])
+	}
 	wpeRows := dwpe[:T*C]
-	dst := m.gradTarget(wpeRows)
+	dst := m.gradOut(wpeRows)
+	clear(dst)
 	for b := range B {
 		for t := range T {
 			d, o := dst[t*C:][:C], dout[(b*T+t)*C:][:C]
@@ -82,15 +96,50 @@ func (m *Model) encoderBackward(dwte, dwpe, dout []float32, tokens []int32, B, T
 	}
 	m.gradCommit(wpeRows, dst)
 
-	dst = m.gradTarget(dwte)
-	for bt, tok := range tokens[:B*T] {
+	tokens = tokens[:B*T]
+	if m.overwriting && !m.cfg.Tied {
+		// The whole of dwte is this Backward's: the rows of the tokens,
+		// zero elsewhere (embedding_dense_backward).
+		clear(dwte)
+		m.scatterRows(dwte, dout, tokens)
+		return
+	}
+	// Add to dwte (accumulated, or holding the tied head's gradient of
+	// this Backward): the fresh gradient is zero outside the tokens'
+	// rows, so only those rows are computed in the scratch and added,
+	// each once. An untouched row keeps its value, as grad + 0 would
+	// (except that a -0 stays -0).
+	dst = m.pg[:len(dwte)]
+	for _, tok := range tokens {
+		clear(dst[int(tok)*C:][:C])
+	}
+	m.scatterRows(dst, dout, tokens)
+	seen := m.rowSeen
+	clear(seen)
+	for _, tok := range tokens {
+		r := int(tok)
+		if seen[r/64]&(1<<(r%64)) != 0 {
+			continue
+		}
+		seen[r/64] |= 1 << (r % 64)
+		g, d := dwte[r*C:][:C], dst[r*C:][:C]
+		for i, v := range d {
+			g[i] += v
+		}
+	}
+}
+
+// scatterRows adds row bt of dout into row tokens[bt] of dst, rounding
+// the row after each add (a 16-bit index_add).
+func (m *Model) scatterRows(dst, dout []float32, tokens []int32) {
+	C := m.cfg.Dim
+	for bt, tok := range tokens {
 		d, o := dst[int(tok)*C:][:C], dout[bt*C:][:C]
 		for i := range d {
 			d[i] += o[i]
 		}
 		m.round(d)
 	}
-	m.gradCommit(dwte, dst)
 }
 
 // layernormForward normalises each of the N rows of inp (N, C):
@@ -165,9 +214,10 @@ func (m *Model) layernormBackward(dinp, dw, db, dout, inp, w, mean, rstd []float
 	m.addColumnSums(db, accB)
 }
 
-// addColumnSums adds float64 sums into a parameter gradient.
+// addColumnSums adds float64 sums into a parameter gradient (writes
+// them after OverwriteGrads).
 func (m *Model) addColumnSums(grad []float32, sums []float64) {
-	dst := m.gradTarget(grad)
+	dst := m.gradOut(grad)
 	for i, s := range sums {
 		dst[i] = float32(s)
 	}
@@ -190,11 +240,13 @@ func (m *Model) matmulForward(out, inp, w, bias []float32, N, IC, OC int) {
 }
 
 // matmulBackward: dinp (N, IC) = dout (N, OC) · w; dw (OC, IC) += doutᵀ · inp;
-// dbias (OC) += Σ_rows dout (dbias nil: no bias).
+// dbias (OC) += Σ_rows dout (dbias nil: no bias). The weight gradient is
+// one GEMM with beta = 0, into the scratch or, after OverwriteGrads,
+// straight into dw.
 func (m *Model) matmulBackward(dinp, dw, dbias, dout, inp, w []float32, N, IC, OC int) {
 	m.gemm.Sgemm(false, false, N, IC, OC, 1, dout, OC, w, IC, 0, dinp, IC)
 	m.round(dinp[:N*IC])
-	dst := m.gradTarget(dw)
+	dst := m.gradOut(dw)
 	m.gemm.Sgemm(true, false, OC, IC, N, 1, dout, OC, inp, IC, 0, dst, IC)
 	m.gradCommit(dw, dst)
 	if dbias != nil {

@@ -11,12 +11,14 @@ import (
 
 // Options are a Model's dependencies and switches.
 type Options struct {
-	// Gemm runs every matrix multiplication. Required.
+	// Gemm runs every matrix multiplication, always from the goroutine
+	// that called Forward or Backward, so it may parallelise each call
+	// itself. Required.
 	Gemm model.Gemmer
 	// Acct accounts the activations (mem.Activations) and a scratch the
 	// size of the largest parameter tensor where each parameter gradient
-	// is computed before it is added to the gradient buffer (mem.Temp).
-	// Required.
+	// is computed before it is added to the gradient buffer (mem.Temp;
+	// a Backward after OverwriteGrads does not use it). Required.
 	Acct *mem.Accountant
 	// Hooks, if set, is called at every unit boundary of both passes.
 	Hooks model.UnitHooks
@@ -66,11 +68,18 @@ type Model struct {
 	savedBuf []float32 // accounted checkpointed block inputs, pinned-host tier
 	intBytes int64     // accounted bytes of a.tokens and a.targets
 
-	pg     []float32 // one parameter's fresh gradient, largest tensor's size (mem.Temp)
-	colAcc []float64 // column sums for bias and LayerNorm parameter gradients
+	pg      []float32 // one parameter's fresh gradient, largest tensor's size (mem.Temp)
+	colAcc  []float64 // column sums for bias and LayerNorm parameter gradients
+	rowSeen []uint64  // a bit per wte row: rows already added in encoderBackward
 
-	state passState
-	jobs  jobs
+	// overwriteNext is set by OverwriteGrads and taken by the next
+	// Backward, which sets overwriting for its duration: each parameter
+	// gradient is then written into the gradient buffer, not added.
+	overwriteNext, overwriting bool
+
+	state    passState
+	jobs     jobs
+	attnRows int // row block of the attention products (attnRows; tests set less)
 }
 
 // New builds a model for cfg (defaults applied, then validated). Bind
@@ -96,11 +105,12 @@ func New(cfg Config, opt Options) (*Model, error) {
 	if len(errs) > 0 {
 		return nil, errors.Join(errs...)
 	}
-	m := &Model{cfg: cfg, layout: cfg.Layout(), opt: opt, gemm: opt.Gemm, acct: opt.Acct}
+	m := &Model{cfg: cfg, layout: cfg.Layout(), opt: opt, gemm: opt.Gemm, acct: opt.Acct, attnRows: attnRows}
 	if m.layout.Numel != cfg.NumParams() {
 		panic("gpt: layout and NumParams disagree")
 	}
 	m.colAcc = make([]float64, max(3*cfg.Dim, cfg.MLP, 2*cfg.Dim))
+	m.rowSeen = make([]uint64, (cfg.Vocab+63)/64)
 	largest := 0
 	for _, s := range m.layout.Specs {
 		largest = max(largest, s.Numel)
@@ -152,6 +162,30 @@ func (m *Model) Bind(params, grads []float32) error {
 	}
 	return nil
 }
+
+// OverwriteGrads declares the gradient buffer logically zero, like
+// PyTorch's zero_grad(set_to_none=True): the next Backward writes every
+// parameter's gradient into the bound gradient buffer (all NumParams
+// elements) instead of adding to it, so the owner of the buffer need not
+// clear it; whatever it holds is ignored, NaN and Inf included. The
+// Backwards after that one accumulate again, so a gradient-accumulation
+// boundary is OverwriteGrads, then GAS Forward/Backward pairs. Without
+// OverwriteGrads every Backward accumulates (+=), as before.
+//
+// The buffer is not touched until that Backward runs: Grads() returns the
+// old contents until then. The mark is taken by the next Backward that
+// starts (one that returns an error for a missing Forward or gradient
+// buffer does not take it); a Backward that fails in a hook leaves the
+// buffer partly written, so the owner must call OverwriteGrads (or clear
+// the buffer) again. Bind keeps the mark.
+//
+// The result is bit-identical to clearing the buffer and accumulating,
+// except for the sign of zeros: a gradient element computed as -0 stays
+// -0 here, where 0 + (-0) gives +0. That is what PyTorch's AccumulateGrad
+// does when .grad is None (it takes the new gradient tensor as it is),
+// which is the state DeepSpeed's stage-0 fp32 engine leaves .grad in
+// after each step (engine.zero_grad sets it to None).
+func (m *Model) OverwriteGrads() { m.overwriteNext = true }
 
 // Params and Grads return the bound buffers.
 func (m *Model) Params() []float32 { return m.params }
@@ -255,8 +289,10 @@ func (m *Model) Forward(tokens []int32, B int, targets []int32) (float32, error)
 
 // Backward accumulates into the gradient buffer the gradient of
 // dlossScale × the last Forward's loss (an engine passes 1/GAS, times the
-// loss scale under fp16). It consumes the forward's activations: a second
-// Backward needs a new Forward.
+// loss scale under fp16), or writes it there when OverwriteGrads was
+// called since the last Backward. It consumes the forward's activations:
+// a second Backward needs a new Forward. When a hook fails part way the
+// gradient buffer is left partly updated.
 func (m *Model) Backward(dlossScale float32) error {
 	switch {
 	case m.state != forwardLoss:
@@ -265,6 +301,8 @@ func (m *Model) Backward(dlossScale float32) error {
 		return errors.New("gpt: Backward without a gradient buffer (Bind(params, nil))")
 	}
 	m.state = idle
+	m.overwriting, m.overwriteNext = m.overwriteNext, false
+	defer func() { m.overwriting = false }()
 	a := &m.a
 	B, T, L := a.B, a.T, m.cfg.Layers
 	N, C, V := B*T, m.cfg.Dim, m.cfg.Vocab

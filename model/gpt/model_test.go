@@ -2,6 +2,7 @@ package gpt
 
 import (
 	"errors"
+	"fmt"
 	"math"
 	"math/rand/v2"
 	"slices"
@@ -269,6 +270,92 @@ func TestGradientAccumulationAndScale(t *testing.T) {
 	}
 }
 
+// sameBitsOrZeros reports the first index where got and want differ in
+// their bits, except that +0 and -0 count as the same, and how many
+// zeros differ in sign.
+func sameBitsOrZeros(got, want []float32) (first, signedZeros int) {
+	first = -1
+	for i, w := range want {
+		g := got[i]
+		if math.Float32bits(g) == math.Float32bits(w) {
+			continue
+		}
+		if g == 0 && w == 0 {
+			signedZeros++
+			continue
+		}
+		if first < 0 {
+			first = i
+		}
+	}
+	return first, signedZeros
+}
+
+// TestOverwriteGrads checks that a Backward after OverwriteGrads, into a
+// buffer of NaN, gives the bits of clearing the buffer and accumulating
+// (zeros' signs aside), and that the Backwards after it accumulate again.
+// The tied case has T < Context (wpe rows without a gradient) and the
+// head's and the embedding's gradients meeting in wte.
+func TestOverwriteGrads(t *testing.T) {
+	tiny, _ := Preset("tiny")
+	tied := Config{Vocab: 40, Context: 16, Dim: 32, Heads: 4, Layers: 2, Tied: true}
+	for _, tc := range []struct {
+		name string
+		cfg  Config
+		T    int
+		opt  Options
+	}{
+		{"tiny", tiny, 32, Options{}},
+		{"tiny checkpointed", tiny, 32, Options{Checkpoint: true}},
+		{"tiny bf16", tiny, 32, Options{Round: half.RoundBF16}},
+		{"tied T<Context", tied, 11, Options{}},
+		{"tied bf16", tied, 11, Options{Round: half.RoundBF16}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := tc.cfg.WithDefaults()
+			params := perturbedInit(cfg, 3)
+			if tc.opt.Round != nil {
+				tc.opt.Round(params)
+			}
+			const B = 2
+			rng := rand.New(rand.NewPCG(5, 6))
+			var tok, tgt [3][]int32
+			for i := range tok {
+				tok[i], tgt[i] = randomTokens(rng, B*tc.T, cfg.Vocab), randomTokens(rng, B*tc.T, cfg.Vocab)
+			}
+			ref, _ := newTestModel(t, cfg, tc.opt, params) // zeroed buffer, accumulating
+			m, _ := newTestModel(t, cfg, tc.opt, params)
+			check := func(what string) {
+				t.Helper()
+				first, signed := sameBitsOrZeros(m.Grads(), ref.Grads())
+				if first >= 0 {
+					t.Errorf("%s: grad[%d] = %v, clear-and-accumulate gives %v", what, first, m.Grads()[first], ref.Grads()[first])
+				}
+				if signed > 0 {
+					t.Logf("%s: %d zeros differ in sign", what, signed)
+				}
+			}
+			for i := range m.Grads() {
+				m.Grads()[i] = float32(math.NaN())
+			}
+			m.OverwriteGrads()
+			step(t, ref, tok[0], tgt[0], B, 0.5)
+			step(t, m, tok[0], tgt[0], B, 0.5)
+			check("first Backward after OverwriteGrads")
+			step(t, ref, tok[1], tgt[1], B, 0.5)
+			step(t, m, tok[1], tgt[1], B, 0.5)
+			check("second Backward (accumulating)")
+
+			// The next accumulation boundary: the owner clears or marks.
+			clear(ref.Grads())
+			m.OverwriteGrads()
+			step(t, ref, tok[2], tgt[2], B, 1)
+			step(t, m, tok[2], tgt[2], B, 1)
+			check("after a second OverwriteGrads")
+		})
+	}
+}
+
 func TestShapeChanges(t *testing.T) {
 	cfg, params := harnessTiny(t)
 	rng := rand.New(rand.NewPCG(9, 9))
@@ -373,4 +460,46 @@ func TestNoAllocationsAfterWarmup(t *testing.T) {
 			t.Errorf("options %+v: %v allocations per step after warm-up", opt, n)
 		}
 	}
+}
+
+// TestRoundedTensorsAre16Bit checks, with bf16 emulation, that the
+// tensors doc.go lists as rounded hold bf16 values after a step: the
+// activations the forward keeps, the backward scratch of the last block
+// run (block 0) and, after one Backward into a zeroed buffer, every
+// gradient.
+func TestRoundedTensorsAre16Bit(t *testing.T) {
+	cfg, params := harnessTiny(t)
+	half.RoundBF16(params)
+	idx, tgt := microBatch(harnessTokens(t), 0, 0, 0)
+	m, _ := newTestModel(t, cfg, Options{Round: half.RoundBF16}, params)
+	if _, err := m.Forward(idx, 4, tgt); err != nil {
+		t.Fatal(err)
+	}
+	a := &m.a
+	named := map[string][]float32{"res[0]": a.res[0], "lnf": a.lnf, "logits": a.logits}
+	for l := range cfg.Layers {
+		ba := &a.blocks[l]
+		for name, x := range map[string][]float32{"ln1": ba.ln1, "qkv": ba.qkv, "att": ba.att, "atty": ba.atty,
+			"res2": ba.res2, "ln2": ba.ln2, "fch": ba.fch, "fchGelu": ba.fchGelu} {
+			named[fmt.Sprintf("blocks[%d].%s", l, name)] = x
+		}
+		named[fmt.Sprintf("res[%d]", l+1)] = a.res[l+1]
+	}
+	check := func(named map[string][]float32) {
+		t.Helper()
+		for name, x := range named {
+			for i, v := range x {
+				if math.Float32bits(v)&0xffff != 0 {
+					t.Errorf("%s[%d] = %v is not a bf16 value", name, i, v)
+					break
+				}
+			}
+		}
+	}
+	check(named)
+	if err := m.Backward(1); err != nil {
+		t.Fatal(err)
+	}
+	check(map[string][]float32{"dlogits": a.logits, "dres": a.dres, "dx": a.dx, "dln": a.dln,
+		"datty": a.datty, "dqkv": a.dqkv, "dfch": a.dfch, "grads": m.Grads()})
 }

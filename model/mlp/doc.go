@@ -13,6 +13,9 @@
 // UnitHooks as package gpt. Gradients accumulate (+=) into a gradient
 // buffer of the same layout; each Backward computes a parameter's
 // gradient whole and then adds it, as PyTorch's AccumulateGrad does.
+// After Model.OverwriteGrads the next Backward computes each gradient
+// straight into the buffer instead (PyTorch with .grad set to None), so
+// the owner of the buffer need not clear it between steps.
 // Activations are accounted as mem.Activations (device tier), reused by
 // later steps that fit and freed by Close.
 //

@@ -105,6 +105,11 @@ type Model struct {
 	colAcc []float64
 
 	ready bool // a Forward with targets ran and Backward has not
+
+	// overwriteNext is set by OverwriteGrads and taken by the next
+	// Backward, which sets overwriting for its duration: each parameter
+	// gradient is then written into the gradient buffer, not added.
+	overwriteNext, overwriting bool
 }
 
 // New builds a model; Bind the buffers before Forward.
@@ -150,6 +155,24 @@ func (m *Model) Units() []model.Unit { return m.layout.Units }
 
 // NumParams is the length of the flat buffers.
 func (m *Model) NumParams() int { return m.layout.Numel }
+
+// OverwriteGrads declares the gradient buffer logically zero, like
+// PyTorch's zero_grad(set_to_none=True): the next Backward writes every
+// parameter's gradient into the bound gradient buffer instead of adding
+// to it, so the owner need not clear it; whatever it holds is ignored,
+// NaN and Inf included. The Backwards after that one accumulate again.
+// Without OverwriteGrads every Backward accumulates (+=).
+//
+// The buffer is not touched until that Backward runs. The mark is taken
+// by the next Backward that starts (one that returns an error for a
+// missing Forward or gradient buffer does not take it); a Backward that
+// fails in a hook leaves the buffer partly written, so the owner must
+// call OverwriteGrads (or clear the buffer) again. Bind keeps the mark.
+//
+// The result is bit-identical to clearing the buffer and accumulating,
+// except that a gradient element computed as -0 stays -0 (0 + (-0) gives
+// +0), as PyTorch's AccumulateGrad keeps it when .grad is None.
+func (m *Model) OverwriteGrads() { m.overwriteNext = true }
 
 // Params and Grads return the bound buffers.
 func (m *Model) Params() []float32 { return m.params }
@@ -298,7 +321,10 @@ func (m *Model) Output() []float32 {
 }
 
 // Backward accumulates into the gradient buffer the gradient of
-// dlossScale × the last Forward's loss; it consumes that Forward.
+// dlossScale × the last Forward's loss, or writes it there when
+// OverwriteGrads was called since the last Backward; it consumes that
+// Forward. When a hook fails part way the gradient buffer is left partly
+// updated.
 func (m *Model) Backward(dlossScale float32) error {
 	switch {
 	case !m.ready:
@@ -307,6 +333,8 @@ func (m *Model) Backward(dlossScale float32) error {
 		return errors.New("mlp: Backward without a gradient buffer (Bind(params, nil))")
 	}
 	m.ready = false
+	m.overwriting, m.overwriteNext = m.overwriteNext, false
+	defer func() { m.overwriting = false }()
 	B, last := m.B, len(m.layers)-1
 	// d(out) = ((out - y) · 2/n) · dlossScale, PyTorch's mse_loss_backward.
 	norm := float32(2 / float64(len(m.diff)))
@@ -359,13 +387,16 @@ func (m *Model) linearForward(out, inp, w, bias []float32, N, IC, OC int) {
 }
 
 // linearBackward: dinp = dout · w (skipped when dinp is nil, for the
-// input layer); dw += doutᵀ · inp; db += Σ_rows dout.
+// input layer); dw += doutᵀ · inp; db += Σ_rows dout. Each parameter
+// gradient is computed whole (the weight's with one GEMM, beta = 0) in a
+// scratch and then added, like PyTorch's AccumulateGrad; after
+// OverwriteGrads it is computed straight into dw and db.
 func (m *Model) linearBackward(dinp, dw, db, dout, inp, w []float32, N, IC, OC int) {
 	if dinp != nil {
 		m.opt.Gemm.Sgemm(false, false, N, IC, OC, 1, dout, OC, w, IC, 0, dinp, IC)
 		m.round(dinp)
 	}
-	g := m.pg[:len(dw)]
+	g := m.gradOut(dw)
 	m.opt.Gemm.Sgemm(true, false, OC, IC, N, 1, dout, OC, inp, IC, 0, g, IC)
 	m.commit(dw, g)
 	acc := m.colAcc[:OC]
@@ -375,16 +406,29 @@ func (m *Model) linearBackward(dinp, dw, db, dout, inp, w []float32, N, IC, OC i
 			acc[j] += float64(v)
 		}
 	}
-	g = m.pg[:OC]
+	g = m.gradOut(db)
 	for j, s := range acc {
 		g[j] = float32(s)
 	}
 	m.commit(db, g)
 }
 
-// commit rounds a fresh parameter gradient (with Round) and adds it.
+// gradOut is where a parameter gradient of this Backward is computed: the
+// gradient view itself after OverwriteGrads, else the scratch.
+func (m *Model) gradOut(grad []float32) []float32 {
+	if m.overwriting {
+		return grad
+	}
+	return m.pg[:len(grad)]
+}
+
+// commit rounds a fresh parameter gradient (with Round) and, unless it
+// was computed in place, adds it.
 func (m *Model) commit(grad, fresh []float32) {
 	m.round(fresh)
+	if m.overwriting {
+		return
+	}
 	grad = grad[:len(fresh)]
 	for i, v := range fresh {
 		grad[i] += v

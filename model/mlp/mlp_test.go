@@ -335,6 +335,42 @@ func TestAccumulationScaleAndErrors(t *testing.T) {
 	}
 }
 
+// TestOverwriteGrads checks that a Backward after OverwriteGrads, into a
+// buffer of NaN, gives the bits of clearing the buffer and accumulating
+// (zeros' signs aside), and that the next Backward accumulates again.
+func TestOverwriteGrads(t *testing.T) {
+	cfg, params, x, y := harness(t)
+	for _, round := range []func([]float32){nil, half.RoundBF16} {
+		p := slices.Clone(params)
+		if round != nil {
+			round(p)
+		}
+		ref := newTestModel(t, cfg, Options{Round: round}, p)
+		m := newTestModel(t, cfg, Options{Round: round}, p)
+		for i := range m.Grads() {
+			m.Grads()[i] = float32(math.NaN())
+		}
+		m.OverwriteGrads()
+		for micro := range 2 {
+			xb, yb := microBatch(x, y, 0, micro, 0)
+			for _, mm := range []*Model{ref, m} {
+				if _, err := mm.Forward(xb, 4, yb); err != nil {
+					t.Fatal(err)
+				}
+				if err := mm.Backward(0.5); err != nil {
+					t.Fatal(err)
+				}
+			}
+			for i, w := range ref.Grads() {
+				g := m.Grads()[i]
+				if math.Float32bits(g) != math.Float32bits(w) && (g != 0 || w != 0) {
+					t.Fatalf("round %v, micro %d: grad[%d] = %v, clear-and-accumulate gives %v", round != nil, micro, i, g, w)
+				}
+			}
+		}
+	}
+}
+
 func TestWeightsRoundTripAndAccounting(t *testing.T) {
 	cfg, params, x, y := harness(t)
 	path := filepath.Join(t.TempDir(), "w.safetensors")
