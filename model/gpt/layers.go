@@ -18,10 +18,10 @@ import "math"
 // jobs are the model's pre-allocated pool tasks (a dispatch allocates
 // nothing).
 type jobs struct {
-	gelu       geluJob
-	ce         ceJob
-	softmax    softmaxJob
-	roundHeads roundHeadsJob
+	gelu  geluJob
+	ce    ceJob
+	attn  attnJob
+	attnB attnBackJob
 }
 
 func (m *Model) round(s []float32) {

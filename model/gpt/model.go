@@ -77,9 +77,8 @@ type Model struct {
 	// gradient is then written into the gradient buffer, not added.
 	overwriteNext, overwriting bool
 
-	state    passState
-	jobs     jobs
-	attnRows int // row block of the attention products (attnRows; tests set less)
+	state passState
+	jobs  jobs
 }
 
 // New builds a model for cfg (defaults applied, then validated). Bind
@@ -105,7 +104,7 @@ func New(cfg Config, opt Options) (*Model, error) {
 	if len(errs) > 0 {
 		return nil, errors.Join(errs...)
 	}
-	m := &Model{cfg: cfg, layout: cfg.Layout(), opt: opt, gemm: opt.Gemm, acct: opt.Acct, attnRows: attnRows}
+	m := &Model{cfg: cfg, layout: cfg.Layout(), opt: opt, gemm: opt.Gemm, acct: opt.Acct}
 	if m.layout.Numel != cfg.NumParams() {
 		panic("gpt: layout and NumParams disagree")
 	}
