@@ -1,15 +1,32 @@
-// Package train runs the training loop of one rank: micro-batches through
-// forward and backward, the optimizer step at the gradient-accumulation
+// Package train runs the training loop: micro-batches through forward and
+// backward on every rank, the optimizer step at the gradient-accumulation
 // boundary, and a record per step. The ZeRO engine (package zero) owns the
-// state; this package owns the order of operations and the measurements.
+// state; this package owns the order of operations, the ranks and the
+// measurements.
+//
+// Ranks. A plan compiled for WorldSize N trains on N ranks, each a
+// goroutine with its own communicator (package comm/inproc), device
+// (accountant and matmul), model and engine. Rank r reads micro-batch
+// mb = micro·N + r of every step (Batches), so the global batch is micro ×
+// GAS × N and the result does not depend on how it is split.
+//
+// Records. After each step every rank all-gathers its micro-step losses
+// and its peak memory, so that rank 0 can report the mean loss over ranks
+// and micro-steps (summed in micro-batch order, as one rank would) and the
+// peaks of rank 0 and the largest over ranks. Rank 0 calls onStep; its
+// answer (go on, stop, fail) is broadcast so that every rank ends together.
 package train
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"math"
+	"runtime"
 	"time"
 
+	"github.com/dszero/dszero/comm"
+	"github.com/dszero/dszero/comm/inproc"
 	"github.com/dszero/dszero/dsconfig"
 	"github.com/dszero/dszero/mem"
 	"github.com/dszero/dszero/model"
@@ -22,8 +39,17 @@ type Batches interface {
 	Micro(step, micro, rank int, inputs, targets []int32)
 }
 
+// Device is what one rank computes with: its memory accountant and its
+// matrix multiplication (a device.CPU provides both). Ranks may share a
+// Gemmer that is safe for concurrent use, as package blas's engines are.
+type Device struct {
+	Acct *mem.Accountant
+	Gemm model.Gemmer
+}
+
 // Config is one training run of a GPT.
 type Config struct {
+	// Plan is compiled for the world: Plan.WorldSize ranks train.
 	Plan  dsconfig.Plan
 	Model gpt.Config
 	// Init are the initial fp32 parameters; nil draws them from Seed.
@@ -34,52 +60,138 @@ type Config struct {
 	Steps   int // optimizer steps
 	// ReturnParams makes Run return a copy of the final fp32 parameters.
 	ReturnParams bool
-	Acct         *mem.Accountant
-	Gemm         model.Gemmer
+	// Devices are the ranks' devices, Plan.WorldSize of them.
+	Devices []Device
 	// Checkpoint recomputes each block in backward (activation
 	// checkpointing); CPUCheckpoint keeps the saved inputs in host memory.
 	Checkpoint, CPUCheckpoint bool
 	Version                   zero.Version
-	Workers                   int
+	// Workers bounds each rank's goroutines for the model and the
+	// optimizer; 0 means GOMAXPROCS divided among the ranks.
+	Workers int
+	// Timeout bounds every collective (0: inproc.DefaultTimeout).
+	Timeout time.Duration
+	// Warn receives the engine's warnings (zero.CheckPlan), once.
+	Warn func(msg string)
 }
 
 // Record is what one optimizer step did (one line of --json-log).
 type Record struct {
-	Step       int64            `json:"step"`
-	Loss       float64          `json:"loss"` // mean of the micro-step losses
-	LR         float64          `json:"lr"`
-	LossScale  float64          `json:"loss_scale"`
-	GradNorm   float64          `json:"grad_norm"`
-	Skipped    bool             `json:"skipped"`
-	TokensPerS float64          `json:"tokens_per_s"`
-	StepTimeS  float64          `json:"step_time_s"`
-	Peak       map[string]int64 `json:"peak_bytes"` // device-tier peak by category, and "total"
-	PeakHost   int64            `json:"peak_pinned_host_bytes"`
+	Step       int64   `json:"step"`
+	Loss       float64 `json:"loss"` // mean over ranks and micro-steps
+	LR         float64 `json:"lr"`
+	LossScale  float64 `json:"loss_scale"`
+	GradNorm   float64 `json:"grad_norm"`
+	Skipped    bool    `json:"skipped"`
+	TokensPerS float64 `json:"tokens_per_s"` // of the whole world
+	StepTimeS  float64 `json:"step_time_s"`
+	// Peak is rank 0's device-tier peak by category, and "total"; PeakMax
+	// is the largest over the ranks, per category and total.
+	Peak     map[string]int64 `json:"peak_bytes"`
+	PeakMax  map[string]int64 `json:"peak_bytes_max_rank"`
+	PeakHost int64            `json:"peak_pinned_host_bytes"` // rank 0's
 }
 
-// Run trains for cfg.Steps steps, calling onStep after each. With
+// ErrStop, returned by onStep, ends training early without an error.
+var ErrStop = errors.New("stop")
+
+// Run trains for cfg.Steps steps on cfg.Plan.WorldSize in-process ranks,
+// calling onStep (from rank 0's goroutine) after each step. With
 // cfg.ReturnParams it returns a copy of the final fp32 master parameters.
 func Run(cfg Config, onStep func(Record) error) ([]float32, error) {
 	p := cfg.Plan
-	if cfg.SeqLen < 1 || cfg.SeqLen > cfg.Model.Context {
+	world := p.WorldSize
+	switch {
+	case cfg.SeqLen < 1 || cfg.SeqLen > cfg.Model.Context:
 		return nil, fmt.Errorf("sequence length %d does not fit the model's context of %d tokens; use --seq ≤ %d", cfg.SeqLen, cfg.Model.Context, cfg.Model.Context)
+	case world < 1:
+		return nil, fmt.Errorf("world size %d: compile the plan with WorldSize ≥ 1", world)
+	case len(cfg.Devices) != world:
+		return nil, fmt.Errorf("%d devices for a world of %d ranks", len(cfg.Devices), world)
 	}
-	if p.WorldSize != 1 {
-		return nil, fmt.Errorf("this build of dszero trains on one rank; --world-size/--nproc %d is not supported yet", p.WorldSize)
+	if cfg.Init != nil && len(cfg.Init) != cfg.Model.WithDefaults().Layout().Numel {
+		return nil, fmt.Errorf("initial weights have %d elements, the model %d", len(cfg.Init), cfg.Model.WithDefaults().Layout().Numel)
 	}
+	warns, err := zero.CheckPlan(p) // once, before the ranks start
+	if err != nil {
+		return nil, err
+	}
+	if cfg.Warn != nil {
+		for _, w := range warns {
+			cfg.Warn(w)
+		}
+	}
+	if cfg.Workers == 0 {
+		cfg.Workers = max(1, runtime.GOMAXPROCS(0)/world)
+	}
+	var final []float32
+	err = inproc.New(world, inproc.Options{Timeout: cfg.Timeout}).Run(func(c comm.Comm) error {
+		r := &rank{cfg: &cfg, c: c, dev: cfg.Devices[c.Rank()]}
+		params, err := r.run(onStep)
+		if c.Rank() == 0 {
+			final = params
+		}
+		return err
+	})
+	return final, rootCause(err, world)
+}
+
+// rootCause keeps, of the ranks' joined errors, those that are not just
+// another rank's failure seen through a collective; a world of one loses
+// the "rank 0: " prefix.
+func rootCause(err error, world int) error {
+	if err == nil {
+		return nil
+	}
+	j, ok := err.(interface{ Unwrap() []error })
+	if !ok {
+		return err
+	}
+	var own []error
+	for _, e := range j.Unwrap() {
+		if !errors.Is(e, comm.ErrRankFailed) && !errors.Is(e, comm.ErrRankExited) {
+			own = append(own, e)
+		}
+	}
+	if len(own) == 0 {
+		return err
+	}
+	if world == 1 && len(own) == 1 {
+		if inner := errors.Unwrap(own[0]); inner != nil {
+			return inner
+		}
+	}
+	return errors.Join(own...)
+}
+
+// rank is one rank's training loop.
+type rank struct {
+	cfg *Config
+	c   comm.Comm
+	dev Device
+}
+
+// verdicts rank 0 broadcasts after each step.
+const (
+	goOn float32 = iota
+	stop
+	fail
+)
+
+func (r *rank) run(onStep func(Record) error) ([]float32, error) {
+	cfg, p, c := r.cfg, r.cfg.Plan, r.c
+	ctx := context.Background()
 	layout := cfg.Model.WithDefaults().Layout()
-	opts := zero.Options{Acct: cfg.Acct, Layout: &layout, Init: cfg.Init, Workers: cfg.Workers, Version: cfg.Version}
+	opts := zero.Options{Acct: r.dev.Acct, Layout: &layout, Init: cfg.Init, Workers: cfg.Workers, Version: cfg.Version, Comm: c, Ctx: ctx}
 	if cfg.Init == nil {
-		opts.InitFunc = func(master []float32) { layout.InitRange(cfg.Seed, master, 0) }
-	} else if len(cfg.Init) != layout.Numel {
-		return nil, fmt.Errorf("initial weights have %d elements, the model %d", len(cfg.Init), layout.Numel)
+		opts.InitFunc = func(full []float32) { layout.InitRange(cfg.Seed, full, 0) }
 	}
 	eng, err := zero.NewEngine(p, opts)
 	if err != nil {
 		return nil, err
 	}
 	defer eng.Close()
-	m, err := gpt.New(cfg.Model, gpt.Options{Gemm: cfg.Gemm, Acct: cfg.Acct, Hooks: eng.Strategy(), Checkpoint: cfg.Checkpoint,
+	m, err := gpt.New(cfg.Model, gpt.Options{Gemm: r.dev.Gemm, Acct: r.dev.Acct, Hooks: eng.Strategy(), Checkpoint: cfg.Checkpoint,
 		CPUCheckpoint: cfg.CPUCheckpoint, Round: eng.Round(), Workers: cfg.Workers})
 	if err != nil {
 		return nil, err
@@ -89,58 +201,66 @@ func Run(cfg Config, onStep func(Record) error) ([]float32, error) {
 		return nil, err
 	}
 	B, T := int(p.Batch.TrainMicroBatchSizePerGPU), cfg.SeqLen
-	gas := int(p.Batch.GradientAccumulationSteps)
+	gas, world := int(p.Batch.GradientAccumulationSteps), c.Size()
 	inputs, targets := make([]int32, B*T), make([]int32, B*T)
+	st := newStats(gas, world)
+	verdict := make([]float32, 1)
 	for s := 0; s < cfg.Steps; s++ {
 		start := time.Now()
-		sum := 0.0
 		for micro := 0; micro < gas; micro++ {
-			cfg.Batches.Micro(s, micro, 0, inputs, targets)
+			cfg.Batches.Micro(s, micro, c.Rank(), inputs, targets)
 			loss, err := m.Forward(inputs, B, targets)
 			if err != nil {
 				return nil, fmt.Errorf("step %d, micro-step %d: %w", s+1, micro, err)
 			}
 			if math.IsNaN(float64(loss)) && p.Precision.DType != "fp16" {
-				return nil, fmt.Errorf("step %d: the loss is NaN: training diverged (lower the learning rate)", s+1)
+				return nil, fmt.Errorf("step %d, micro-step %d: the loss is NaN: training diverged (lower the learning rate)", s+1, micro)
 			}
-			sum += float64(loss)
+			st.mine[micro] = loss
 			if err := m.Backward(eng.GradScale()); err != nil {
 				return nil, fmt.Errorf("step %d, micro-step %d: %w", s+1, micro, err)
 			}
 		}
-		st, err := eng.Step()
+		ss, err := eng.Step()
 		if err != nil {
 			return nil, err
 		}
-		dt := time.Since(start).Seconds()
-		rec := Record{Step: st.Step, Loss: sum / float64(gas), LR: st.LR, LossScale: st.LossScale, GradNorm: st.GradNorm,
-			Skipped: st.Skipped, StepTimeS: dt, TokensPerS: float64(B*T*gas) / dt, Peak: peaks(cfg.Acct)}
-		rec.PeakHost = cfg.Acct.Snapshot().PeakTotal[mem.PinnedHost]
-		if onStep != nil {
-			if err := onStep(rec); err != nil {
-				if errors.Is(err, ErrStop) {
-					break
+		if err := st.gather(ctx, c, r.dev.Acct); err != nil {
+			return nil, fmt.Errorf("step %d: gathering the step's losses and peaks: %w", s+1, err)
+		}
+		var cbErr error
+		if c.Rank() == 0 {
+			dt := time.Since(start).Seconds()
+			rec := Record{Step: ss.Step, Loss: st.loss(), LR: ss.LR, LossScale: ss.LossScale, GradNorm: ss.GradNorm,
+				Skipped: ss.Skipped, StepTimeS: dt, TokensPerS: float64(B*T*gas*world) / dt}
+			rec.Peak, rec.PeakMax = st.peaks()
+			rec.PeakHost = r.dev.Acct.Snapshot().PeakTotal[mem.PinnedHost]
+			verdict[0] = goOn
+			if onStep != nil {
+				switch cbErr = onStep(rec); {
+				case errors.Is(cbErr, ErrStop):
+					verdict[0], cbErr = stop, nil
+				case cbErr != nil:
+					verdict[0] = fail
 				}
-				return nil, err
 			}
+		}
+		if err := c.Broadcast(ctx, comm.F32(verdict), 0).Wait(); err != nil {
+			return nil, fmt.Errorf("step %d: %w", s+1, err)
+		}
+		if verdict[0] == fail {
+			return nil, cbErr // rank 0 says why; the others just end
+		}
+		if verdict[0] == stop {
+			break
 		}
 	}
 	if !cfg.ReturnParams {
 		return nil, nil
 	}
-	return append([]float32(nil), eng.MasterParams()...), nil
-}
-
-// ErrStop, returned by onStep, ends training early without an error.
-var ErrStop = errors.New("stop")
-
-func peaks(a *mem.Accountant) map[string]int64 {
-	s := a.Snapshot()
-	out := map[string]int64{"total": s.PeakTotal[mem.Device]}
-	for _, c := range mem.Categories() {
-		if v := s.PeakBytes(mem.Device, c); v > 0 {
-			out[c.String()] = v
-		}
+	full := make([]float32, layout.Numel)
+	if err := eng.GatherMaster(full); err != nil {
+		return nil, err
 	}
-	return out
+	return full, nil
 }

@@ -14,17 +14,41 @@
 //   - partition: the slice of a flat buffer a rank owns under ZeRO.
 //
 // A Strategy decides what a rank keeps of these and what it does at unit
-// boundaries (model.UnitHooks) and at the step. ZeRO stage 0 is Stage0;
-// the partitioning stages are further implementations of the same
-// interface, never flags inside one.
+// boundaries (model.UnitHooks) and at the step. NewEngine picks one from
+// plan.Zero.Stage, in one switch: ZeRO stage 0 is Stage0 (this package),
+// stage 1 is stage1.Strategy (optimizer state partitioned), stage 2 is
+// stage2.Strategy (gradients partitioned too); stage 3 is refused by name.
+// Stages are implementations of one interface, never flags inside one;
+// what they share (the step's contract, gradient averaging, the
+// partitioned optimizer of stages 1 and 2) is in internal/zcore.
+//
+// Ranks: every rank runs its own Engine on its own comm.Comm (Options.Comm)
+// with a plan compiled for the world size. Engine.Step and GatherMaster are
+// collectives: every rank calls them, in the same order. Which stage holds
+// what, per rank (Ψ parameters, N ranks, fp32 with Adam; each term padded
+// to the partitioned layout of package partition at stages 1 and 2):
+//
+//	stage 0: master 4Ψ (= the working parameters), gradients 4Ψ, Adam 8Ψ
+//	stage 1: working 4Ψ, gradients 4Ψ, master 4Ψ/N, Adam 8Ψ/N
+//	stage 2: working 4Ψ, gradient partition 4Ψ/N, master 4Ψ/N, Adam 8Ψ/N,
+//	         plus the gradients of the units in backward and in buckets
 //
 // One optimizer step, as DeepSpeed takes it:
 //
 //	for each micro-step: forward, backward of loss × loss_scale / GAS
-//	reduce gradients across ranks (stage dependent), averaged
+//	    (stage 2: each bucket of finished gradients is averaged and reduced
+//	    during backward, and added to the rank's gradient partition)
+//	reduce gradients across ranks (stages 0 and 1, at the boundary), averaged
 //	fp16/bf16: if any gradient is inf/NaN, skip the step and update the loss scale
 //	global norm → clip coefficient (and 1/loss_scale) → scale gradients
 //	optimizer.step() on the master parameters with the scheduler's lr
 //	copy master → working parameters (rounded), zero the gradients
+//	    (stages 1 and 2: all-gather the updated partitions)
 //	scheduler.step() (only after a step that was applied)
+//
+// Not implemented, and refused or reported by name (CheckPlan): overlap of
+// the stage 1 reduction with backward (stage 2 overlaps; numbers are the
+// same either way), round_robin_gradients, reducing in 16 bits
+// (communication_data_type; 16-bit training reduces in fp32, with a
+// warning), gradient_allreduce_op "sum", optimizer offload.
 package zero

@@ -1,13 +1,18 @@
 package zero
 
 import (
+	"context"
 	"errors"
 	"fmt"
 
+	"github.com/dszero/dszero/comm"
 	"github.com/dszero/dszero/dsconfig"
 	"github.com/dszero/dszero/half"
+	"github.com/dszero/dszero/internal/zcore"
 	"github.com/dszero/dszero/mem"
 	"github.com/dszero/dszero/model"
+	"github.com/dszero/dszero/stage1"
+	"github.com/dszero/dszero/stage2"
 	"github.com/dszero/dszero/zero/lossscale"
 	"github.com/dszero/dszero/zero/lrsched"
 	"github.com/dszero/dszero/zero/optim"
@@ -29,6 +34,15 @@ type Options struct {
 	Workers int
 	// Version is the DeepSpeed release to follow (default 0.19.5).
 	Version Version
+	// Comm is the rank's data-parallel communicator; its size must be the
+	// plan's WorldSize. Nil means a world of one rank.
+	Comm comm.Comm
+	// Ctx bounds every collective the engine issues; nil means
+	// context.Background() (the communicator's own timeout still holds).
+	Ctx context.Context
+	// Warn, when set, receives the engine's warnings: settings it accepts
+	// but runs differently from DeepSpeed (each names the setting).
+	Warn func(msg string)
 }
 
 // Engine is one rank's training state: strategy, optimizer, scheduler and
@@ -36,7 +50,6 @@ type Options struct {
 type Engine struct {
 	plan     dsconfig.Plan
 	strategy Strategy
-	stage0   *Stage0
 	sched    lrsched.Scheduler // nil without a scheduler block
 	scaler   lossscale.Scaler
 	pool     *optim.Pool
@@ -55,24 +68,29 @@ type StepStats struct {
 	Skipped   bool    // overflow: no update
 }
 
-// NewEngine builds a rank's engine from a plan. Features the plan asks for
-// that dszero does not run are errors here, by name.
+// NewEngine builds a rank's engine from a plan, with the strategy of
+// plan.Zero.Stage. Features the plan asks for that dszero does not run are
+// errors here, by name; settings it runs differently from DeepSpeed
+// without changing the numbers are reported through o.Warn.
 func NewEngine(plan dsconfig.Plan, o Options) (*Engine, error) {
-	if unsup := plan.Unsupported(); len(unsup) > 0 {
-		var errs []error
-		for _, d := range unsup {
-			errs = append(errs, errors.New(d.String()))
+	warns, err := CheckPlan(plan)
+	if err != nil {
+		return nil, err
+	}
+	c := o.Comm
+	if c == nil {
+		c = zcore.Solo()
+	}
+	if c.Size() != plan.WorldSize {
+		return nil, fmt.Errorf("%s: the plan's batch arithmetic is for %d ranks, the communicator has %d: compile the config with WorldSize %d",
+			plan.File, plan.WorldSize, c.Size(), c.Size())
+	}
+	if o.Warn != nil {
+		for _, w := range warns {
+			o.Warn(w)
 		}
-		return nil, fmt.Errorf("the config asks for features dszero does not run yet:\n%w", errors.Join(errs...))
-	}
-	if plan.Zero.Stage != 0 {
-		return nil, fmt.Errorf("%s: zero_optimization.stage %d: this build of dszero runs ZeRO stage 0 only; use \"stage\": 0", plan.File, plan.Zero.Stage)
-	}
-	if plan.Optimizer.Type == "" {
-		return nil, fmt.Errorf("%s: no optimizer: add an optimizer block or pass HF training flags", plan.File)
 	}
 	e := &Engine{plan: plan, pool: optim.NewPool(o.Workers), baseLR: plan.Optimizer.LR}
-	var err error
 	if e.scaler, err = newScaler(plan); err != nil {
 		e.pool.Close()
 		return nil, err
@@ -81,23 +99,88 @@ func NewEngine(plan dsconfig.Plan, o Options) (*Engine, error) {
 		e.pool.Close()
 		return nil, err
 	}
-	var round func([]float32)
-	switch plan.Precision.DType {
-	case "bf16":
-		round = half.RoundBF16
-	case "fp16":
-		round = half.RoundF16
-	}
 	alloc := optim.Alloc{Acct: o.Acct, Tier: mem.Device}
-	s0, err := NewStage0(Stage0Options{Acct: o.Acct, Layout: o.Layout, Init: o.Init, InitFunc: o.InitFunc, Round: round, Clip: plan.GradientClipping, Pool: e.pool,
-		World: plan.WorldSize, Prescale: plan.PrescaleGradients, Predivide: plan.GradientPredivideFactor,
-		NewOptimizer: func(n int) (optim.Optimizer, error) { return newOptimizer(plan, n, alloc, e.pool) }})
+	so := StrategyOptions{Ctx: o.Ctx, Comm: c, Acct: o.Acct, Layout: o.Layout, Init: o.Init, InitFunc: o.InitFunc,
+		Round: e.Round(), Clip: plan.GradientClipping, Average: averaging(plan),
+		BucketSize: int(plan.Zero.ReduceBucketSize), Overlap: plan.Zero.OverlapComm, Pool: e.pool,
+		NewOptimizer: func(n int) (optim.Optimizer, error) { return newOptimizer(plan, n, alloc, e.pool) }}
+	// The one place a stage is chosen; CheckPlan has refused the rest.
+	switch plan.Zero.Stage {
+	case 0:
+		e.strategy, err = NewStage0(so)
+	case 1:
+		e.strategy, err = stage1.New(so)
+	case 2:
+		e.strategy, err = stage2.New(so)
+	}
 	if err != nil {
 		e.pool.Close()
 		return nil, err
 	}
-	e.stage0, e.strategy = s0, s0
 	return e, nil
+}
+
+// averaging is the plan's gradient averaging (see zcore.Averaging):
+// ZeRO-1/2's own with reduce_scatter, the engine's otherwise.
+func averaging(plan dsconfig.Plan) zcore.Averaging {
+	if plan.Zero.Stage >= 1 && plan.Zero.ReduceScatter {
+		return zcore.ZeroAveraging(plan.WorldSize)
+	}
+	return zcore.EngineAveraging(plan.WorldSize, plan.PrescaleGradients, plan.GradientPredivideFactor)
+}
+
+// CheckPlan is what NewEngine checks in a plan before it allocates
+// anything, for a launcher to check once before it starts the ranks. It
+// refuses, by name, what dszero does not run — the unsupported features
+// the config compiler found, and what the stages do not run and would
+// change the numbers — and lists as warnings what the stages run
+// differently from DeepSpeed without changing the numbers (or only at
+// 16-bit precision).
+func CheckPlan(plan dsconfig.Plan) (warns []string, err error) {
+	if unsup := plan.Unsupported(); len(unsup) > 0 {
+		var errs []error
+		for _, d := range unsup {
+			errs = append(errs, errors.New(d.String()))
+		}
+		return nil, fmt.Errorf("the config asks for features dszero does not run yet:\n%w", errors.Join(errs...))
+	}
+	if plan.Optimizer.Type == "" {
+		return nil, fmt.Errorf("%s: no optimizer: add an optimizer block or pass HF training flags", plan.File)
+	}
+	z, world := plan.Zero, plan.WorldSize
+	var errs []error
+	refuse := func(format string, a ...any) { errs = append(errs, fmt.Errorf(format, a...)) }
+	if z.Stage == 3 {
+		refuse("zero_optimization.stage 3: ZeRO stage 3 is not implemented yet; use stage 0, 1 or 2")
+	}
+	if z.Stage >= 1 && z.OffloadOptimizer.Device != dsconfig.OffloadNone {
+		refuse("zero_optimization.offload_optimizer.device %q: optimizer offload is not implemented yet; remove offload_optimizer", z.OffloadOptimizer.Device)
+	}
+	if z.Stage >= 1 && z.RoundRobinGradients {
+		refuse("zero_optimization.round_robin_gradients: not implemented yet (it reorders the flat buffer, which moves the partitions and the norm's summation order); set it to false")
+	}
+	if world > 1 && plan.GradientAllreduceOp == "sum" {
+		refuse(`gradient_allreduce_op "sum": summed (not averaged) gradients are not implemented yet; use "mean"`)
+	}
+	if world > 1 && (plan.CommunicationDataType == "fp16" || plan.CommunicationDataType == "bf16") {
+		refuse(`communication_data_type %q: reducing gradients in 16 bits is not implemented yet (dszero reduces in fp32); set it to "fp32" or remove it`, plan.CommunicationDataType)
+	}
+	if len(errs) > 0 {
+		return nil, fmt.Errorf("%s: %w", plan.File, errors.Join(errs...))
+	}
+	if dt := plan.Precision.DType; world > 1 && dt != "fp32" && plan.CommunicationDataType == "" {
+		warns = append(warns, fmt.Sprintf(`communication_data_type: gradients are reduced in fp32; DeepSpeed reduces them in %s (the model's dtype), so results differ at %s precision`, dt, dt))
+	}
+	if z.Stage == 1 && z.OverlapComm {
+		warns = append(warns, "zero_optimization.overlap_comm: stage 1 reduces the gradients after the step's last backward, without overlap (the numbers are the same)")
+	}
+	if z.Stage >= 1 && !z.ContiguousGradients {
+		warns = append(warns, "zero_optimization.contiguous_gradients false: dszero's gradients are always one contiguous buffer (memory layout only; the numbers are the same)")
+	}
+	if z.Stage == 1 && z.ReduceScatter && (plan.PrescaleGradients || plan.GradientPredivideFactor != 1) {
+		warns = append(warns, "prescale_gradients / gradient_predivide_factor: ZeRO stage 1 with reduce_scatter divides the gradients by the world size before the sum and ignores them, as DeepSpeed does")
+	}
+	return warns, nil
 }
 
 // Round is the working precision's rounding (nil for fp32), for the model.
@@ -166,14 +249,21 @@ func (e *Engine) Step() (StepStats, error) {
 	return st, nil
 }
 
-// MasterParams returns the fp32 master parameters (stage 0: all of them).
+// MasterParams returns the rank's fp32 master parameters: all of them at
+// stage 0, the rank's partition (without padding) at stages 1 and 2.
 func (e *Engine) MasterParams() []float32 {
 	_, m := e.strategy.MasterParams()
 	return m
 }
 
-// Optimizer is the rank's optimizer.
-func (e *Engine) Optimizer() optim.Optimizer { return e.stage0.Optimizer() }
+// GatherMaster writes the full fp32 master parameters (layout.Numel) into
+// dst. It is a collective: every rank calls it.
+func (e *Engine) GatherMaster(dst []float32) error { return e.strategy.GatherMaster(dst) }
+
+// Optimizer is the rank's optimizer (over its partition at stages 1 and 2).
+func (e *Engine) Optimizer() optim.Optimizer {
+	return e.strategy.(withOptimizer).Optimizer()
+}
 
 // Close frees the rank's buffers and workers.
 func (e *Engine) Close() {

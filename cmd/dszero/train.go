@@ -40,6 +40,9 @@ func runTrain(args []string, stdout, stderr io.Writer) int {
 	threads := fs.Int("threads", 0, "BLAS threads (default: OpenBLAS's own)")
 	quiet := fs.Bool("quiet", false, "no progress bar")
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile (go tool pprof) to this file")
+	var nproc int
+	fs.IntVar(&nproc, "nproc", 1, "data-parallel ranks, run in this process (the plan's world size)")
+	fs.IntVar(&nproc, "num_gpus", 1, "alias of --nproc (DeepSpeed's launcher flag)")
 	hf := hfFlags(fs)
 	if err := fs.Parse(args); err != nil {
 		return 2
@@ -61,8 +64,11 @@ func runTrain(args []string, stdout, stderr io.Writer) int {
 		}
 		name, raw = *cfgPath, b
 	}
+	if nproc < 1 {
+		return fail("--nproc %d: want at least 1 rank", nproc)
+	}
 	hfArgs := hf()
-	plan, diags := dsconfig.Compile(name, raw, dsconfig.Options{WorldSize: 1, HF: hfArgs})
+	plan, diags := dsconfig.Compile(name, raw, dsconfig.Options{WorldSize: nproc, HF: hfArgs})
 	for _, d := range diags {
 		if d.Severity == dsconfig.Error || d.Severity == dsconfig.Warning || d.Severity == dsconfig.Unsupported {
 			fmt.Fprintln(stderr, d.String())
@@ -72,13 +78,12 @@ func runTrain(args []string, stdout, stderr io.Writer) int {
 		return fail("%s: the config has errors (see above)", name)
 	}
 
-	acct := mem.NewAccountant(0)
+	budget := mem.Unlimited
 	if *devMem != "" {
-		n, err := device.ParseBytes(*devMem)
-		if err != nil {
+		var err error
+		if budget, err = device.ParseBytes(*devMem); err != nil {
 			return fail("--device-memory: %v", err)
 		}
-		acct.SetCapacity(mem.Device, n)
 	}
 	backend, err := blas.ParseBackend(*blasName)
 	if err != nil {
@@ -88,7 +93,15 @@ func runTrain(args []string, stdout, stderr io.Writer) int {
 	if err != nil {
 		return fail("%v", err)
 	}
-	dev := device.NewCPU(acct, engine) // the rank's device: its accountant and kernels
+	// Each rank's device: its own accountant (and budget); the BLAS engine
+	// is shared, it is safe for concurrent use.
+	devs, accts := make([]train.Device, nproc), make([]*mem.Accountant, nproc)
+	for r := range devs {
+		accts[r] = mem.NewAccountant(r)
+		accts[r].SetCapacity(mem.Device, budget)
+		dev := device.NewCPU(accts[r], engine)
+		devs[r] = train.Device{Acct: dev.Accountant(), Gemm: dev.BLAS()}
+	}
 
 	var mcfg gpt.Config
 	var init []float32
@@ -128,7 +141,7 @@ func runTrain(args []string, stdout, stderr io.Writer) int {
 		n = 100
 	}
 	B, gas := int(plan.Batch.TrainMicroBatchSizePerGPU), int(plan.Batch.GradientAccumulationSteps)
-	loader, err := data.NewLoader(corpus, data.Layout{B: B, T: T, GAS: gas, World: 1})
+	loader, err := data.NewLoader(corpus, data.Layout{B: B, T: T, GAS: gas, World: nproc})
 	if err != nil {
 		return fail("%v", err)
 	}
@@ -161,8 +174,9 @@ func runTrain(args []string, stdout, stderr io.Writer) int {
 	}
 	var first, last train.Record
 	start := time.Now()
-	_, err = train.Run(train.Config{Plan: plan, Model: mcfg, Init: init, Seed: *seed, Batches: loader, SeqLen: T, Steps: n, Acct: dev.Accountant(), Gemm: dev.BLAS(),
-		Checkpoint: *ckpt || plan.ActivationCheckpointing.Present, CPUCheckpoint: plan.ActivationCheckpointing.CPUCheckpointing},
+	_, err = train.Run(train.Config{Plan: plan, Model: mcfg, Init: init, Seed: *seed, Batches: loader, SeqLen: T, Steps: n, Devices: devs,
+		Checkpoint: *ckpt || plan.ActivationCheckpointing.Present, CPUCheckpoint: plan.ActivationCheckpointing.CPUCheckpointing,
+		Warn: func(msg string) { fmt.Fprintf(stderr, "dszero train: warning: %s\n", msg) }},
 		func(r train.Record) error {
 			if r.Step == 1 {
 				first = r
@@ -180,8 +194,8 @@ func runTrain(args []string, stdout, stderr io.Writer) int {
 				if bar != nil {
 					bar.Clear()
 				}
-				fmt.Fprintf(stdout, "step %5d/%d | loss %.4f | lr %.3e | loss scale %g | grad norm %.3f%s | %.0f tokens/s | peak %s\n",
-					r.Step, n, r.Loss, r.LR, r.LossScale, r.GradNorm, skipped(r.Skipped), r.TokensPerS, mem.FormatBytes(r.Peak["total"]))
+				fmt.Fprintf(stdout, "step %5d/%d | loss %.4f | lr %.3e | loss scale %g | grad norm %.3f%s | %.0f tokens/s | peak %s%s\n",
+					r.Step, n, r.Loss, r.LR, r.LossScale, r.GradNorm, skipped(r.Skipped), r.TokensPerS, mem.FormatBytes(r.Peak["total"]), maxRank(r, nproc))
 			}
 			return nil
 		})
@@ -193,16 +207,33 @@ func runTrain(args []string, stdout, stderr io.Writer) int {
 	}
 	el := time.Since(start)
 	fmt.Fprintf(stdout, "done: %d steps in %s, loss %.4f → %.4f, %.0f tokens/s overall\n", last.Step, el.Round(time.Millisecond), first.Loss, last.Loss,
-		float64(int(last.Step)*B*T*gas)/el.Seconds())
-	s := acct.Snapshot()
-	fmt.Fprintf(stdout, "peak device memory %s:", mem.FormatBytes(s.PeakTotal[mem.Device]))
-	for _, c := range mem.Categories() {
-		if v := s.PeakBytes(mem.Device, c); v > 0 {
-			fmt.Fprintf(stdout, " %s %s,", c, mem.FormatBytes(v))
+		float64(int(last.Step)*B*T*gas*nproc)/el.Seconds())
+	for r, a := range accts {
+		if r > 0 && r < nproc-1 {
+			continue // rank 0 and the last rank, whose partition holds the padding
 		}
+		s := a.Snapshot()
+		who := ""
+		if nproc > 1 {
+			who = fmt.Sprintf(" (rank %d)", r)
+		}
+		fmt.Fprintf(stdout, "peak device memory%s %s:", who, mem.FormatBytes(s.PeakTotal[mem.Device]))
+		for _, c := range mem.Categories() {
+			if v := s.PeakBytes(mem.Device, c); v > 0 {
+				fmt.Fprintf(stdout, " %s %s,", c, mem.FormatBytes(v))
+			}
+		}
+		fmt.Fprintln(stdout)
 	}
-	fmt.Fprintln(stdout)
 	return 0
+}
+
+// maxRank is ", max over ranks X" when there are several ranks.
+func maxRank(r train.Record, nproc int) string {
+	if nproc == 1 {
+		return ""
+	}
+	return fmt.Sprintf(" (max over %d ranks %s)", nproc, mem.FormatBytes(r.PeakMax["total"]))
 }
 
 func skipped(b bool) string {

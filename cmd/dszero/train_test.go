@@ -2,6 +2,8 @@ package main
 
 import (
 	"encoding/json"
+	"fmt"
+	"math"
 	"os"
 	"path/filepath"
 	"strings"
@@ -63,5 +65,56 @@ func TestTrainJSONLog(t *testing.T) {
 		if _, ok := rec[k]; !ok {
 			t.Errorf("log record lacks %q: %v", k, rec)
 		}
+	}
+}
+
+// TestTrainNproc: --nproc 2 (and its alias --num_gpus) trains the same
+// global batches as one rank with twice the accumulation steps, to float32
+// rounding, and logs the largest peak over the ranks; the ZeRO stages
+// agree with stage 0.
+func TestTrainNproc(t *testing.T) {
+	dir := t.TempDir()
+	logLosses := func(stage int, args ...string) []float64 {
+		t.Helper()
+		cfg := filepath.Join(dir, "ds.json")
+		os.WriteFile(cfg, []byte(fmt.Sprintf(`{"train_batch_size": 8, "train_micro_batch_size_per_gpu": 2,
+		  "optimizer": {"type": "AdamW", "params": {"lr": 1e-3}}, "zero_optimization": {"stage": %d}}`, stage)), 0o644)
+		log := filepath.Join(dir, "log.jsonl")
+		code, out, errs := runCLI(append([]string{"train", "--quiet", "--model", "tiny", "--steps", "3", "--seq", "16", "--data", "random",
+			"--blas", "gonum", "--deepspeed", cfg, "--json-log", log}, args...)...)
+		if code != 0 {
+			t.Fatalf("%v: exit %d\n%s%s", args, code, out, errs)
+		}
+		raw, _ := os.ReadFile(log)
+		var losses []float64
+		for _, line := range strings.Split(strings.TrimSpace(string(raw)), "\n") {
+			var rec struct {
+				Loss    float64          `json:"loss"`
+				PeakMax map[string]int64 `json:"peak_bytes_max_rank"`
+			}
+			if err := json.Unmarshal([]byte(line), &rec); err != nil {
+				t.Fatal(err)
+			}
+			if rec.PeakMax["total"] <= 0 {
+				t.Errorf("%v: no peak_bytes_max_rank in %s", args, line)
+			}
+			losses = append(losses, rec.Loss)
+		}
+		return losses
+	}
+	one := logLosses(0)
+	for _, tc := range []struct {
+		stage int
+		args  []string
+	}{{0, []string{"--nproc", "2"}}, {1, []string{"--num_gpus", "2"}}, {2, []string{"--nproc", "4"}}} {
+		got := logLosses(tc.stage, tc.args...)
+		for i := range one {
+			if d := math.Abs(got[i]-one[i]) / one[i]; d > 1e-6 {
+				t.Errorf("stage %d %v: step %d loss %.9g, one rank %.9g", tc.stage, tc.args, i+1, got[i], one[i])
+			}
+		}
+	}
+	if code, _, errs := runCLI("train", "--quiet", "--nproc", "0"); code != 1 || !strings.Contains(errs, "--nproc") {
+		t.Errorf("--nproc 0: exit %d, %s", code, errs)
 	}
 }

@@ -1,0 +1,50 @@
+package zcore
+
+// Pages is a zeroed float32 buffer whose ranges can be handed back to the
+// operating system while the buffer stays mapped: a released range reads
+// as zeros again, and on Linux its whole pages stop being resident until
+// they are written again (madvise MADV_DONTNEED on an anonymous mapping).
+// A buffer of 2 MiB or more asks for transparent huge pages
+// (MADV_HUGEPAGE) and releases whole huge pages only: faulting a
+// released gradient buffer back in 4 KiB at a time cost more than the
+// backward pass (gpt2, 4 ranks). On other systems Release only zeroes,
+// and the buffer stays resident.
+//
+// Stage 2 binds the model's gradient buffer to Pages: backward writes a
+// unit's gradients, the strategy reduces them into its gradient
+// partition, and releases them, so the full-length gradient buffer is
+// never resident at once — the role of DeepSpeed's short-lived param.grad
+// tensors.
+type Pages struct {
+	f32 []float32
+	m   mapping
+}
+
+// NewPages maps n zeroed elements.
+func NewPages(n int) (*Pages, error) {
+	f, m, err := mapF32(n)
+	if err != nil {
+		return nil, err
+	}
+	return &Pages{f32: f, m: m}, nil
+}
+
+// F32 is the buffer. It must not be used after Close.
+func (p *Pages) F32() []float32 { return p.f32 }
+
+// Release zeroes elements [lo, hi): the pages that lie wholly inside the
+// range are given back, the partial pages at its ends are cleared.
+func (p *Pages) Release(lo, hi int) {
+	if lo < 0 || hi > len(p.f32) || lo > hi {
+		panic("zcore: Pages.Release out of range")
+	}
+	p.m.release(p.f32, lo, hi)
+}
+
+// Close unmaps the buffer.
+func (p *Pages) Close() {
+	if p.f32 != nil {
+		p.m.unmap()
+		p.f32 = nil
+	}
+}

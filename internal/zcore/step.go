@@ -1,0 +1,116 @@
+package zcore
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/dszero/dszero/comm"
+	"github.com/dszero/dszero/mem"
+	"github.com/dszero/dszero/model"
+	"github.com/dszero/dszero/zero/optim"
+)
+
+// StepInput is what the engine hands a strategy at a step.
+type StepInput struct {
+	LR        float64
+	Betas     *[2]float64 // set when the scheduler cycles momentum
+	LossScale float64     // 1 unless fp16
+	// CheckOverflow skips the step when a gradient is inf or NaN (fp16, and
+	// bf16 with check_grad_overflow).
+	CheckOverflow bool
+}
+
+// StepResult is what happened at a step.
+type StepResult struct {
+	GradNorm float64 // global gradient norm before clipping, unscaled (-1 on overflow)
+	Overflow bool    // the step was skipped
+}
+
+// Options are a strategy's dependencies, built once by the engine from the
+// plan. Every strategy takes the same Options; what a stage does with them
+// is the stage's business, never a flag here.
+type Options struct {
+	// Ctx bounds every collective the strategy issues (the communicator
+	// has its own timeout too). Nil means context.Background().
+	Ctx context.Context
+	// Comm is the data-parallel group; nil means a world of one (Solo).
+	Comm   comm.Comm
+	Acct   *mem.Accountant
+	Layout *model.Layout
+	// Init are the initial fp32 parameters (copied), Layout.Numel of them;
+	// or InitFunc writes them into a full fp32 buffer of Layout.Numel
+	// elements that the strategy owns (no second copy of the model).
+	Init     []float32
+	InitFunc func(full []float32)
+	// Round emulates a 16-bit working precision (half.RoundBF16, ...); nil
+	// for fp32.
+	Round func([]float32)
+	// Clip is gradient_clipping (0: none).
+	Clip float64
+	// Average is how gradients are averaged around the SUM reduction.
+	Average Averaging
+	// BucketSize is reduce_bucket_size in elements: gradients are reduced
+	// in buckets of at most this many, and a buffer or unit larger than
+	// it in calls of at most this many. Zero, as in DeepSpeed, makes every
+	// unit a bucket of its own, reduced in one call.
+	BucketSize int
+	// Overlap is overlap_comm: reductions issued during backward run
+	// while backward continues (stage 2).
+	Overlap bool
+	// NewOptimizer builds the optimizer for n elements (the rank's
+	// partition, or the whole model at stage 0).
+	NewOptimizer func(n int) (optim.Optimizer, error)
+	Pool         *optim.Pool
+}
+
+// Check validates o and fills its defaults (Ctx, Comm, Average). It is
+// called by every strategy constructor.
+func (o *Options) Check(stage string) error {
+	if o.Acct == nil || o.Layout == nil || o.NewOptimizer == nil {
+		panic(stage + ": Options need Acct, Layout and NewOptimizer")
+	}
+	if o.InitFunc == nil && len(o.Init) != o.Layout.Numel {
+		return fmt.Errorf("%s: %d initial parameters for a model of %d", stage, len(o.Init), o.Layout.Numel)
+	}
+	if o.Ctx == nil {
+		o.Ctx = context.Background()
+	}
+	if o.Comm == nil {
+		o.Comm = Solo()
+	}
+	if o.Average.World == 0 {
+		o.Average = EngineAveraging(o.Comm.Size(), false, 1)
+	}
+	if o.Average.World != o.Comm.Size() {
+		return fmt.Errorf("%s: gradients averaged over %d ranks on a communicator of %d", stage, o.Average.World, o.Comm.Size())
+	}
+	if o.BucketSize < 0 {
+		return fmt.Errorf("%s: negative bucket size %d", stage, o.BucketSize)
+	}
+	return nil
+}
+
+// Chunks calls fn for consecutive ranges [lo, hi) of [0, n), each at most
+// size elements (all of [0, n) in one range when size is 0): the
+// collective calls of a bucketed reduction.
+func Chunks(n, size int, fn func(lo, hi int)) {
+	if size <= 0 || size > n {
+		size = n
+	}
+	for lo := 0; lo < n; lo += size {
+		fn(lo, min(lo+size, n))
+	}
+}
+
+// AllReduce sums buf across c's ranks in calls of at most size elements
+// (queued together, then waited for), in place.
+func AllReduce(ctx context.Context, c comm.Comm, buf []float32, size int) error {
+	if c.Size() == 1 {
+		return nil
+	}
+	var hs []comm.Handle
+	Chunks(len(buf), size, func(lo, hi int) {
+		hs = append(hs, c.AllReduce(ctx, comm.F32(buf[lo:hi]), comm.Sum))
+	})
+	return comm.WaitAll(hs...)
+}

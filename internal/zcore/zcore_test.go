@@ -1,0 +1,103 @@
+package zcore
+
+import (
+	"context"
+	"math"
+	"os"
+	"testing"
+
+	"github.com/dszero/dszero/comm/commtest"
+)
+
+// TestSoloConformance: the world of one passes the suite every comm
+// backend passes.
+func TestSoloConformance(t *testing.T) {
+	if err := commtest.Check(context.Background(), Solo(), commtest.Cases(1)); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestAveraging: DeepSpeed's two rules, exact for powers of two, and the
+// float32 operations they are made of otherwise.
+func TestAveraging(t *testing.T) {
+	g := func() []float32 { return []float32{3, 1, -7, 0.1} }
+	apply := func(a Averaging, x []float32) []float32 {
+		a.Before(nil, x)
+		a.After(nil, x)
+		return x
+	}
+	for _, tc := range []struct {
+		name string
+		a    Averaging
+		want func(x float32) float32
+	}{
+		{"engine world 4", EngineAveraging(4, false, 1), func(x float32) float32 { return x * 0.25 }},
+		{"engine world 3", EngineAveraging(3, false, 1), func(x float32) float32 { return x * float32(1.0/3) }},
+		{"engine prescale 3", EngineAveraging(3, true, 1), func(x float32) float32 { return x * float32(1.0/3) }},
+		{"engine predivide 2 of 3", EngineAveraging(3, false, 2), func(x float32) float32 { return x * 0.5 * float32(2.0/3) }},
+		{"engine predivide = world", EngineAveraging(4, false, 4), func(x float32) float32 { return x * 0.25 }},
+		{"zero world 3", ZeroAveraging(3), func(x float32) float32 { return x / 3 }},
+		{"zero world 1", ZeroAveraging(1), func(x float32) float32 { return x }},
+		{"engine world 1", EngineAveraging(1, false, 1), func(x float32) float32 { return x }},
+	} {
+		got := apply(tc.a, g())
+		for i, x := range g() {
+			if w := tc.want(x); math.Float32bits(got[i]) != math.Float32bits(w) {
+				t.Errorf("%s: %g → %g, want %g", tc.name, x, got[i], w)
+			}
+		}
+	}
+}
+
+// TestPagesRelease: released ranges read as zeros, neighbours keep their
+// values, and the buffer stays usable — for a small buffer (4 KiB pages)
+// and one large enough for huge pages (2 MiB release granularity).
+func TestPagesRelease(t *testing.T) {
+	small := os.Getpagesize() / 4
+	huge := (2 << 20) / 4
+	for _, tc := range []struct {
+		n      int
+		ranges [][2]int
+	}{
+		{5*small + 7, [][2]int{{3, 3*small + 5}, {0, 2}, {4 * small, 5*small + 7}, {2, 3}}},
+		{3*huge + 100, [][2]int{{5, 2*huge + 3}, {0, 3*huge + 100}, {huge - 1, huge + 1}, {huge / 2, 3 * huge}}},
+	} {
+		p, err := NewPages(tc.n)
+		if err != nil {
+			t.Fatal(err)
+		}
+		f := p.F32()
+		for _, r := range tc.ranges {
+			for i := range f {
+				f[i] = float32(i + 1)
+			}
+			p.Release(r[0], r[1])
+			for i, v := range f {
+				want := float32(i + 1)
+				if i >= r[0] && i < r[1] {
+					want = 0
+				}
+				if v != want {
+					t.Fatalf("n %d, release %v: element %d is %g, want %g", tc.n, r, i, v, want)
+				}
+			}
+		}
+		p.Close()
+	}
+}
+
+// TestChunks covers [0, n) in order with calls of at most size.
+func TestChunks(t *testing.T) {
+	for _, tc := range []struct{ n, size, calls int }{{10, 3, 4}, {10, 0, 1}, {10, 20, 1}, {0, 3, 0}, {9, 3, 3}} {
+		calls, next := 0, 0
+		Chunks(tc.n, tc.size, func(lo, hi int) {
+			if lo != next || hi <= lo || tc.size > 0 && hi-lo > tc.size {
+				t.Errorf("n %d size %d: chunk [%d, %d) after %d", tc.n, tc.size, lo, hi, next)
+			}
+			next, calls = hi, calls+1
+		})
+		if next != tc.n || calls != tc.calls {
+			t.Errorf("n %d size %d: %d calls ending at %d, want %d calls", tc.n, tc.size, calls, next, tc.calls)
+		}
+	}
+}

@@ -1,0 +1,310 @@
+package stage2
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/dszero/dszero/comm"
+	"github.com/dszero/dszero/internal/zcore"
+	"github.com/dszero/dszero/mem"
+	"github.com/dszero/dszero/model"
+	"github.com/dszero/dszero/zero/optim"
+)
+
+// Strategy is ZeRO stage 2 on one rank (see the package doc).
+type Strategy struct {
+	o     zcore.Options
+	shard *zcore.Shard
+	grads *zcore.Pages // the model's gradient buffer, Layout.Numel; live only where units are
+	part  []float32    // the averaged gradient partition, PartitionSize (mem.Grads)
+
+	units     []model.Unit
+	borrowers [][]int // borrowers[v]: the units whose backward also writes v's gradients
+	waiting   []int   // per unit: AfterBackward calls to come before its gradients are complete
+	live      []bool  // the unit's gradients are accounted (mem.Comm)
+	complete  int     // units complete in this backward pass
+
+	inBackward bool
+	backwards  int // backward passes since the last step
+
+	bucket   span     // complete units not yet reduced
+	inflight []flight // reductions issued and not yet waited for, oldest first
+	spare    []flight // landed flights whose slices are reused (no garbage per step)
+}
+
+// span is a contiguous range [lo, hi) of the flat buffer made of whole
+// units.
+type span struct {
+	lo, hi int
+	units  []int
+}
+
+type flight struct {
+	span
+	hs []comm.Handle
+}
+
+// New allocates the rank's state and initializes the parameters.
+func New(o zcore.Options) (_ *Strategy, err error) {
+	if err := o.Check("stage 2"); err != nil {
+		return nil, err
+	}
+	s := &Strategy{o: o}
+	defer func() {
+		if err != nil {
+			s.Close()
+		}
+	}()
+	if s.shard, err = zcore.NewShard(&s.o); err != nil {
+		return nil, fmt.Errorf("stage 2: %w", err)
+	}
+	if s.part, err = o.Acct.F32(mem.Grads, mem.Device, s.shard.Flat.PartitionSize); err != nil {
+		return nil, fmt.Errorf("stage 2: gradient partition (%d elements): %w", s.shard.Flat.PartitionSize, err)
+	}
+	if s.grads, err = zcore.NewPages(o.Layout.Numel); err != nil {
+		return nil, fmt.Errorf("stage 2: gradient buffer: %w", err)
+	}
+	s.units = o.Layout.Units
+	s.borrowers = make([][]int, len(s.units))
+	for u, un := range s.units {
+		for _, b := range un.Borrows {
+			s.borrowers[b] = append(s.borrowers[b], u)
+		}
+	}
+	s.waiting = make([]int, len(s.units))
+	s.live = make([]bool, len(s.units))
+	return s, nil
+}
+
+// ModelBuffers are the full working parameters and the model's gradient
+// buffer (resident only where gradients are live).
+func (s *Strategy) ModelBuffers() ([]float32, []float32) { return s.shard.Work(), s.grads.F32() }
+
+// MasterParams is the rank's fp32 master partition (without padding) and
+// its offset in the flat buffer.
+func (s *Strategy) MasterParams() (int, []float32) { return s.shard.Master() }
+
+// GatherMaster writes the full fp32 master parameters into dst (a
+// collective).
+func (s *Strategy) GatherMaster(dst []float32) error { return s.shard.GatherMaster(dst) }
+
+// Optimizer is the optimizer of the rank's partition.
+func (s *Strategy) Optimizer() optim.Optimizer { return s.shard.Optimizer() }
+
+// Forward needs nothing: the working parameters are full.
+func (s *Strategy) BeforeForward(int) error { return nil }
+func (s *Strategy) AfterForward(int) error  { return nil }
+
+// BeforeBackward makes unit u's gradients live, and those of the units it
+// borrows.
+func (s *Strategy) BeforeBackward(u int) error {
+	if !s.inBackward {
+		s.begin()
+	}
+	if err := s.touch(u); err != nil {
+		return err
+	}
+	for _, b := range s.units[u].Borrows {
+		if err := s.touch(b); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// AfterBackward records that unit u's backward is done; the units whose
+// gradients are now complete join the bucket. After the last unit the
+// remaining gradients are reduced and every reduction waited for.
+func (s *Strategy) AfterBackward(u int) error {
+	if !s.inBackward {
+		s.begin()
+	}
+	if err := s.done(u); err != nil {
+		return err
+	}
+	for _, b := range s.units[u].Borrows {
+		if err := s.done(b); err != nil {
+			return err
+		}
+	}
+	if s.complete < len(s.units) {
+		return nil
+	}
+	if err := s.flush(); err != nil {
+		return err
+	}
+	for len(s.inflight) > 0 {
+		if err := s.land(); err != nil {
+			return err
+		}
+	}
+	s.inBackward = false
+	s.backwards++
+	return nil
+}
+
+// begin starts a backward pass: every unit waits for its own
+// AfterBackward and its borrowers'.
+func (s *Strategy) begin() {
+	s.inBackward = true
+	s.complete = 0
+	for v := range s.waiting {
+		s.waiting[v] = 1 + len(s.borrowers[v])
+	}
+}
+
+func (s *Strategy) touch(v int) error {
+	if s.live[v] {
+		return nil
+	}
+	if err := s.o.Acct.Reserve(mem.Comm, mem.Device, 4*int64(s.units[v].Numel)); err != nil {
+		return fmt.Errorf("stage 2: gradients of unit %q: %w", s.units[v].Name, err)
+	}
+	s.live[v] = true
+	return nil
+}
+
+func (s *Strategy) done(v int) error {
+	s.waiting[v]--
+	switch {
+	case s.waiting[v] > 0:
+		return nil
+	case s.waiting[v] < 0:
+		return fmt.Errorf("stage 2: unit %q finished backward twice in one pass", s.units[v].Name)
+	}
+	s.complete++
+	un := s.units[v]
+	lo, hi := un.Offset, un.Offset+un.Numel
+	b := &s.bucket
+	if len(b.units) > 0 && (hi != b.lo && lo != b.hi || b.hi-b.lo+un.Numel > s.o.BucketSize) {
+		if err := s.flush(); err != nil {
+			return err
+		}
+	}
+	if len(b.units) == 0 {
+		b.lo, b.hi = lo, hi
+	} else {
+		b.lo, b.hi = min(b.lo, lo), max(b.hi, hi)
+	}
+	b.units = append(b.units, v)
+	if b.hi-b.lo >= s.o.BucketSize {
+		return s.flush() // full: nothing more can join it
+	}
+	return nil
+}
+
+// flush averages the bucket and issues its all-reduce; without
+// overlap_comm it waits for it at once, with it only for the previous one.
+func (s *Strategy) flush() error {
+	if len(s.bucket.units) == 0 {
+		return nil
+	}
+	o := &s.o
+	g := s.grads.F32()[s.bucket.lo:s.bucket.hi]
+	o.Average.Before(o.Pool, g)
+	f := flight{span: s.bucket}
+	if n := len(s.spare); n > 0 {
+		f.hs, s.bucket.units = s.spare[n-1].hs, s.spare[n-1].units
+		s.spare = s.spare[:n-1]
+	} else {
+		s.bucket.units = nil
+	}
+	if o.Comm.Size() > 1 {
+		zcore.Chunks(len(g), o.BucketSize, func(lo, hi int) {
+			f.hs = append(f.hs, o.Comm.AllReduce(o.Ctx, comm.F32(g[lo:hi]), comm.Sum))
+		})
+	}
+	s.inflight = append(s.inflight, f)
+	s.bucket.lo, s.bucket.hi = 0, 0
+	keep := 0
+	if o.Overlap {
+		keep = 1
+	}
+	for len(s.inflight) > keep {
+		if err := s.land(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// land waits for the oldest reduction in flight, adds the part inside the
+// rank's partition to the gradient partition, and releases its gradients.
+func (s *Strategy) land() error {
+	f := s.inflight[0]
+	copy(s.inflight, s.inflight[1:])
+	s.inflight = s.inflight[:len(s.inflight)-1]
+	if err := comm.WaitAll(f.hs...); err != nil {
+		return fmt.Errorf("stage 2: all-reduce of the gradients of %s: %w", s.names(f.units), err)
+	}
+	g := s.grads.F32()
+	plo, phi := s.shard.Lo, s.shard.Hi
+	if lo, hi := max(f.lo, plo), min(f.hi, phi); lo < hi {
+		mine := g[lo:hi]
+		s.o.Average.After(s.o.Pool, mine)
+		acc := s.part[lo-plo : hi-plo]
+		for i, v := range mine {
+			acc[i] += v
+		}
+	}
+	s.grads.Release(f.lo, f.hi)
+	for _, v := range f.units {
+		s.o.Acct.Release(mem.Comm, mem.Device, 4*int64(s.units[v].Numel))
+		s.live[v] = false
+	}
+	clear(f.hs)
+	s.spare = append(s.spare, flight{hs: f.hs[:0], span: span{units: f.units[:0]}})
+	return nil
+}
+
+func (s *Strategy) names(units []int) string {
+	if len(units) == 1 {
+		return fmt.Sprintf("unit %q", s.units[units[0]].Name)
+	}
+	return fmt.Sprintf("units %q…%q", s.units[units[0]].Name, s.units[units[len(units)-1]].Name)
+}
+
+// Step takes the partition's optimizer step with the gradients reduced
+// during the backward passes since the last step (a collective).
+func (s *Strategy) Step(in zcore.StepInput) (zcore.StepResult, error) {
+	switch {
+	case s.inBackward:
+		return zcore.StepResult{}, errors.New("stage 2: step in the middle of a backward pass")
+	case s.backwards == 0:
+		return zcore.StepResult{}, errors.New("stage 2: no complete backward pass since the last step: the model must call the engine's unit hooks (bind it with Hooks: engine.Strategy())")
+	}
+	s.backwards = 0
+	defer clear(s.part)
+	res, err := s.shard.Step(in, s.part)
+	if err != nil {
+		return res, fmt.Errorf("stage 2: %w", err)
+	}
+	return res, nil
+}
+
+// Close returns every buffer to the accountant. Reductions still in flight
+// (after a failed backward) are waited for first.
+func (s *Strategy) Close() {
+	for _, f := range s.inflight {
+		comm.WaitAll(f.hs...)
+	}
+	s.inflight = nil
+	for v, l := range s.live {
+		if l {
+			s.o.Acct.Release(mem.Comm, mem.Device, 4*int64(s.units[v].Numel))
+			s.live[v] = false
+		}
+	}
+	if s.grads != nil {
+		s.grads.Close()
+		s.grads = nil
+	}
+	if s.part != nil {
+		s.o.Acct.FreeF32(mem.Grads, mem.Device, s.part)
+		s.part = nil
+	}
+	if s.shard != nil {
+		s.shard.Close()
+		s.shard = nil
+	}
+}
