@@ -11,6 +11,7 @@ import (
 
 // Strategy is ZeRO stage 1 on one rank (see the package doc).
 type Strategy struct {
+	dirty bool // LeaveGradsDirty: the model overwrites the gradients, do not clear them
 	o     zcore.Options
 	shard *zcore.Shard
 	grads []float32 // Padded fp32 gradients: the model accumulates into [:Numel]
@@ -55,11 +56,19 @@ func (s *Strategy) AfterForward(int) error   { return nil }
 func (s *Strategy) BeforeBackward(int) error { return nil }
 func (s *Strategy) AfterBackward(int) error  { return nil }
 
+// LeaveGradsDirty tells the strategy that the model overwrites the
+// gradient buffer on the first backward of each step (model
+// OverwriteGrads), so Step need not clear it. The padding past the model's
+// parameters is written only by the reduce-scatter, with zeros.
+func (s *Strategy) LeaveGradsDirty() { s.dirty = true }
+
 // Step reduces the gradients into the partitions and takes the partition's
 // optimizer step (a collective).
 func (s *Strategy) Step(in zcore.StepInput) (zcore.StepResult, error) {
 	o := &s.o
-	defer clear(s.grads)
+	if !s.dirty {
+		defer clear(s.grads)
+	}
 	lo, hi := s.shard.Lo, s.shard.Hi
 	o.Average.Before(o.Pool, s.grads)
 	if err := o.Comm.ReduceScatter(o.Ctx, comm.F32(s.grads[lo:hi]), comm.F32(s.grads), comm.Sum).Wait(); err != nil {

@@ -205,8 +205,12 @@ func (r *rank) run(onStep func(Record) error) ([]float32, error) {
 	inputs, targets := make([]int32, B*T), make([]int32, B*T)
 	st := newStats(gas, world)
 	verdict := make([]float32, 1)
+	overwrite := eng.OverwriteGrads()
 	for s := 0; s < cfg.Steps; s++ {
 		start := time.Now()
+		if overwrite {
+			m.OverwriteGrads() // the strategy left last step's gradients in place
+		}
 		for micro := 0; micro < gas; micro++ {
 			cfg.Batches.Micro(s, micro, c.Rank(), inputs, targets)
 			loss, err := m.Forward(inputs, B, targets)

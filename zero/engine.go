@@ -197,6 +197,18 @@ func (e *Engine) Round() func([]float32) {
 // Strategy is the rank's strategy (the model's unit hooks).
 func (e *Engine) Strategy() Strategy { return e.strategy }
 
+// OverwriteGrads reports whether the model must be told to overwrite its
+// gradients at the first backward of every step (model OverwriteGrads):
+// true when the strategy no longer clears them. Call it once, before
+// training.
+func (e *Engine) OverwriteGrads() bool {
+	g, ok := e.strategy.(GradOverwriter)
+	if ok {
+		g.LeaveGradsDirty()
+	}
+	return ok
+}
+
 // ModelBuffers are the buffers the model binds.
 func (e *Engine) ModelBuffers() (params, grads []float32) { return e.strategy.ModelBuffers() }
 

@@ -26,6 +26,7 @@ type Stage0 struct {
 	o   zcore.Options
 	opt optim.Optimizer
 
+	dirty  bool      // LeaveGradsDirty: the model overwrites the gradients, do not clear them
 	master []float32 // fp32 master parameters (the working parameters too when Round is nil)
 	work   []float32 // working parameters in the training precision
 	grads  []float32 // fp32 gradient accumulation
@@ -98,6 +99,9 @@ func (s *Stage0) GatherMaster(dst []float32) error {
 // Optimizer is the optimizer over the whole model (for checkpoints).
 func (s *Stage0) Optimizer() optim.Optimizer { return s.opt }
 
+// LeaveGradsDirty implements GradOverwriter.
+func (s *Stage0) LeaveGradsDirty() { s.dirty = true }
+
 // Stage 0 keeps everything resident: nothing to do at unit boundaries.
 func (s *Stage0) BeforeForward(int) error  { return nil }
 func (s *Stage0) AfterForward(int) error   { return nil }
@@ -109,7 +113,9 @@ func (s *Stage0) AfterBackward(int) error  { return nil }
 // precision.
 func (s *Stage0) Step(in StepInput) (StepResult, error) {
 	o := &s.o
-	defer clear(s.grads)
+	if !s.dirty {
+		defer clear(s.grads)
+	}
 	o.Average.Before(o.Pool, s.grads)
 	if err := zcore.AllReduce(o.Ctx, o.Comm, s.grads, o.BucketSize); err != nil {
 		return StepResult{}, fmt.Errorf("stage 0: all-reduce of the gradients: %w", err)

@@ -52,3 +52,12 @@ type StepResult = zcore.StepResult
 // StrategyOptions are a strategy's dependencies; NewEngine builds them from
 // the plan (see zcore.Options for each field).
 type StrategyOptions = zcore.Options
+
+// GradOverwriter is a strategy that can leave its gradient buffer dirty
+// after a step because the model will overwrite it (rather than add to it)
+// on the next step's first backward: the model's OverwriteGrads, which
+// PyTorch's AccumulateGrad does after zero_grad(set_to_none=True). It
+// saves clearing the buffer and one pass of adds per step.
+type GradOverwriter interface {
+	LeaveGradsDirty()
+}
