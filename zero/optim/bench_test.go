@@ -2,7 +2,9 @@ package optim
 
 import (
 	"fmt"
+	"os"
 	"runtime"
+	"strconv"
 	"testing"
 	"time"
 )
@@ -43,7 +45,10 @@ func (k *copyKernel) Chunk(lo, hi int) { copy(k.a[lo:hi], k.b[lo:hi]) }
 // adamw/copy is the ratio to a bandwidth-bound reference where the triad
 // is not one.
 func BenchmarkAdamWBandwidth(b *testing.B) {
-	const n = 16 << 20 // 16 Mi float32 = 64 MiB of parameters
+	n := 16 << 20 // 16 Mi float32 = 64 MiB of parameters
+	if s := os.Getenv("DSZERO_ADAMW_BENCH_N"); s != "" {
+		n, _ = strconv.Atoi(s)
+	}
 	p, g := make([]float32, n), make([]float32, n)
 	for i := range p {
 		p[i] = float32(i%1000) * 1e-3
@@ -84,7 +89,7 @@ func BenchmarkAdamWBandwidth(b *testing.B) {
 			b.ReportMetric(adam/1e9, "adamw_GB/s")
 			b.ReportMetric(adam/triad, "adamw/triad")
 			b.ReportMetric(adam/cp, "adamw/copy")
-			b.ReportMetric(float64(tAdam.Nanoseconds())/float64(b.N)/n, "adamw_ns/elem")
+			b.ReportMetric(float64(tAdam.Nanoseconds())/float64(b.N)/float64(n), "adamw_ns/elem")
 			b.ReportMetric(float64(pool.Workers()), "workers")
 		})
 	}
