@@ -59,7 +59,8 @@
 //
 // Backends implement Comm: package inproc runs n ranks as goroutines of one
 // process that exchange through shared memory (the single-machine default);
-// MPI (several processes and machines) and NCCL (GPUs) come later behind
-// the same interface. Nothing in the interface assumes that ranks share
+// package mpi runs ranks as processes under mpirun (Open MPI, build tag
+// mpi), with the same reduction order and bits; NCCL (GPUs) comes later
+// behind the same interface. Nothing in the interface assumes that ranks share
 // memory. Package commtest is the conformance suite every backend runs.
 package comm
