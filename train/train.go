@@ -6,9 +6,12 @@
 //
 // Ranks. A plan compiled for WorldSize N trains on N ranks, each a
 // goroutine with its own communicator (package comm/inproc), device
-// (accountant and matmul), model and engine. Rank r reads micro-batch
-// mb = micro·N + r of every step (Batches), so the global batch is micro ×
-// GAS × N and the result does not depend on how it is split.
+// (accountant and matmul), model and engine — or, with Config.Comm, this
+// process is one rank of N whose peers are other processes (package
+// comm/mpi under mpirun); both run the same per-rank loop. Rank r reads
+// micro-batch mb = micro·N + r of every step (Batches), so the global
+// batch is micro × GAS × N and the result does not depend on how it is
+// split.
 //
 // Records. After each step every rank all-gathers its micro-step losses
 // and its peak memory, so that rank 0 can report the mean loss over ranks
@@ -60,8 +63,15 @@ type Config struct {
 	Steps   int // optimizer steps
 	// ReturnParams makes Run return a copy of the final fp32 parameters.
 	ReturnParams bool
-	// Devices are the ranks' devices, Plan.WorldSize of them.
+	// Devices are the ranks' devices, Plan.WorldSize of them; with Comm,
+	// just this rank's.
 	Devices []Device
+	// Comm, when set, makes this process one rank of Comm's world (of
+	// Plan.WorldSize ranks, the others in other processes, e.g. comm/mpi
+	// under mpirun) instead of running every rank in-process. Every rank
+	// calls Run with the same Config apart from Devices; Timeout is then
+	// the communicator's own.
+	Comm comm.Comm
 	// Checkpoint recomputes each block in backward (activation
 	// checkpointing); CPUCheckpoint keeps the saved inputs in host memory.
 	Checkpoint, CPUCheckpoint bool
@@ -71,7 +81,8 @@ type Config struct {
 	Workers int
 	// Timeout bounds every collective (0: inproc.DefaultTimeout).
 	Timeout time.Duration
-	// Warn receives the engine's warnings (zero.CheckPlan), once.
+	// Warn receives the engine's warnings (zero.CheckPlan), once (with
+	// Comm, on rank 0 only).
 	Warn func(msg string)
 }
 
@@ -96,18 +107,24 @@ type Record struct {
 var ErrStop = errors.New("stop")
 
 // Run trains for cfg.Steps steps on cfg.Plan.WorldSize in-process ranks,
-// calling onStep (from rank 0's goroutine) after each step. With
-// cfg.ReturnParams it returns a copy of the final fp32 master parameters.
+// or as one rank of cfg.Comm, calling onStep (from rank 0 only) after each
+// step. With cfg.ReturnParams it returns a copy of the final fp32 master
+// parameters.
 func Run(cfg Config, onStep func(Record) error) ([]float32, error) {
 	p := cfg.Plan
-	world := p.WorldSize
+	world, local := p.WorldSize, p.WorldSize // ranks in the job, in this process
+	if cfg.Comm != nil {
+		local = 1
+	}
 	switch {
 	case cfg.SeqLen < 1 || cfg.SeqLen > cfg.Model.Context:
 		return nil, fmt.Errorf("sequence length %d does not fit the model's context of %d tokens; use --seq ≤ %d", cfg.SeqLen, cfg.Model.Context, cfg.Model.Context)
 	case world < 1:
 		return nil, fmt.Errorf("world size %d: compile the plan with WorldSize ≥ 1", world)
-	case len(cfg.Devices) != world:
-		return nil, fmt.Errorf("%d devices for a world of %d ranks", len(cfg.Devices), world)
+	case cfg.Comm != nil && cfg.Comm.Size() != world:
+		return nil, fmt.Errorf("the plan is compiled for %d ranks but the communicator has %d", world, cfg.Comm.Size())
+	case len(cfg.Devices) != local:
+		return nil, fmt.Errorf("%d devices for %d ranks in this process", len(cfg.Devices), local)
 	}
 	if cfg.Init != nil && len(cfg.Init) != cfg.Model.WithDefaults().Layout().Numel {
 		return nil, fmt.Errorf("initial weights have %d elements, the model %d", len(cfg.Init), cfg.Model.WithDefaults().Layout().Numel)
@@ -116,13 +133,17 @@ func Run(cfg Config, onStep func(Record) error) ([]float32, error) {
 	if err != nil {
 		return nil, err
 	}
-	if cfg.Warn != nil {
+	if cfg.Warn != nil && (cfg.Comm == nil || cfg.Comm.Rank() == 0) {
 		for _, w := range warns {
 			cfg.Warn(w)
 		}
 	}
 	if cfg.Workers == 0 {
-		cfg.Workers = max(1, runtime.GOMAXPROCS(0)/world)
+		cfg.Workers = max(1, runtime.GOMAXPROCS(0)/local)
+	}
+	if cfg.Comm != nil {
+		r := &rank{cfg: &cfg, c: cfg.Comm, dev: cfg.Devices[0]}
+		return r.run(onStep)
 	}
 	var final []float32
 	err = inproc.New(world, inproc.Options{Timeout: cfg.Timeout}).Run(func(c comm.Comm) error {

@@ -3,7 +3,8 @@
 //
 // Usage:
 //
-//	dszero train [--deepspeed ds_config.json] [--model PRESET|DIR] [--data FILE] [HF flags]
+//	dszero train [--deepspeed ds_config.json] [--model PRESET|DIR] [--data FILE] [--nproc N] [HF flags]
+//	mpirun -np N dszero train …   (one rank per process; build with -tags mpi)
 //	dszero config check FILE... [--world-size N] [HF flags]
 //	dszero config explain FILE [--world-size N] [HF flags] [--json]
 package main
@@ -19,7 +20,9 @@ const usage = `dszero: a DeepSpeed-ZeRO-compatible training engine in Go
 Usage:
   dszero train [--deepspeed ds_config.json] [--model PRESET|DIR] [--data FILE] [--steps N]
         [--seq T] [--json-log FILE] [--device-memory 4GiB] [HF flags]
-        train a GPT; with no arguments, the embedded small GPT on Tiny Shakespeare
+        train a GPT; with no arguments, the embedded small GPT on Tiny Shakespeare;
+        --nproc N runs N data-parallel ranks in this process, and
+        mpirun -np N dszero train … one rank per process (go build -tags mpi)
   dszero config check FILE... [--world-size N] [HF flags]
         say whether DeepSpeed would accept each config, with every problem as
         file:line:col: path: message; exit 0 (accepted), 1 (rejected), 2 (usage)

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/dszero/dszero/blas"
+	"github.com/dszero/dszero/comm"
 	"github.com/dszero/dszero/data"
 	"github.com/dszero/dszero/device"
 	"github.com/dszero/dszero/dsconfig"
@@ -24,7 +25,7 @@ import (
 //go:embed default_ds_config.json
 var defaultConfig []byte
 
-func runTrain(args []string, stdout, stderr io.Writer) int {
+func runTrain(args []string, stdout, stderr io.Writer) (code int) {
 	fs := flag.NewFlagSet("dszero train", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	cfgPath := fs.String("deepspeed", "", "ds_config.json (default: the embedded default config)")
@@ -41,7 +42,7 @@ func runTrain(args []string, stdout, stderr io.Writer) int {
 	quiet := fs.Bool("quiet", false, "no progress bar")
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile (go tool pprof) to this file")
 	var nproc int
-	fs.IntVar(&nproc, "nproc", 1, "data-parallel ranks, run in this process (the plan's world size)")
+	fs.IntVar(&nproc, "nproc", 1, "data-parallel ranks, run in this process (the plan's world size); under mpirun, one rank per process instead")
 	fs.IntVar(&nproc, "num_gpus", 1, "alias of --nproc (DeepSpeed's launcher flag)")
 	hf := hfFlags(fs)
 	if err := fs.Parse(args); err != nil {
@@ -56,6 +57,35 @@ func runTrain(args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 
+	// Who runs which ranks: --nproc in this process, or one rank per
+	// process under mpirun. Then only rank 0 prints and logs, and every
+	// rank finalises MPI when training succeeded (see launch.finalize).
+	nprocSet := false
+	fs.Visit(func(f *flag.Flag) { nprocSet = nprocSet || f.Name == "nproc" || f.Name == "num_gpus" })
+	l, err := newLaunch(comm.EnvMap(os.Environ()), nproc, nprocSet)
+	if err != nil {
+		return fail("%v", err)
+	}
+	defer func() {
+		if code != 0 {
+			return
+		}
+		if err := l.finalize(); err != nil {
+			code = fail("%v", err)
+		}
+	}()
+	nproc = l.size
+	diagw := stderr // the config's diagnostics
+	if l.external() {
+		prefix := fail
+		fail = func(format string, a ...any) int {
+			return prefix("rank %d: "+format, append([]any{l.env.Rank}, a...)...)
+		}
+		if !l.lead() {
+			stdout, diagw, *quiet = io.Discard, io.Discard, true
+		}
+	}
+
 	name, raw := "<embedded default ds_config>", defaultConfig
 	if *cfgPath != "" {
 		b, err := readConfigInput(*cfgPath)
@@ -64,14 +94,11 @@ func runTrain(args []string, stdout, stderr io.Writer) int {
 		}
 		name, raw = *cfgPath, b
 	}
-	if nproc < 1 {
-		return fail("--nproc %d: want at least 1 rank", nproc)
-	}
 	hfArgs := hf()
 	plan, diags := dsconfig.Compile(name, raw, dsconfig.Options{WorldSize: nproc, HF: hfArgs})
 	for _, d := range diags {
 		if d.Severity == dsconfig.Error || d.Severity == dsconfig.Warning || d.Severity == dsconfig.Unsupported {
-			fmt.Fprintln(stderr, d.String())
+			fmt.Fprintln(diagw, d.String())
 		}
 	}
 	if diags.HasErrors() {
@@ -95,12 +122,13 @@ func runTrain(args []string, stdout, stderr io.Writer) int {
 	}
 	// Each rank's device: its own accountant (and budget); the BLAS engine
 	// is shared, it is safe for concurrent use.
-	devs, accts := make([]train.Device, nproc), make([]*mem.Accountant, nproc)
-	for r := range devs {
-		accts[r] = mem.NewAccountant(r)
-		accts[r].SetCapacity(mem.Device, budget)
-		dev := device.NewCPU(accts[r], engine)
-		devs[r] = train.Device{Acct: dev.Accountant(), Gemm: dev.BLAS()}
+	ranks := l.ranks()
+	devs, accts := make([]train.Device, len(ranks)), make([]*mem.Accountant, len(ranks))
+	for i, r := range ranks {
+		accts[i] = mem.NewAccountant(r)
+		accts[i].SetCapacity(mem.Device, budget)
+		dev := device.NewCPU(accts[i], engine)
+		devs[i] = train.Device{Acct: dev.Accountant(), Gemm: dev.BLAS()}
 	}
 
 	var mcfg gpt.Config
@@ -146,7 +174,7 @@ func runTrain(args []string, stdout, stderr io.Writer) int {
 		return fail("%v", err)
 	}
 	var logw *json.Encoder
-	if *jsonLog != "" {
+	if *jsonLog != "" && l.lead() {
 		f, err := os.Create(*jsonLog)
 		if err != nil {
 			return fail("--json-log: %v", err)
@@ -174,7 +202,7 @@ func runTrain(args []string, stdout, stderr io.Writer) int {
 	}
 	var first, last train.Record
 	start := time.Now()
-	_, err = train.Run(train.Config{Plan: plan, Model: mcfg, Init: init, Seed: *seed, Batches: loader, SeqLen: T, Steps: n, Devices: devs,
+	_, err = train.Run(train.Config{Plan: plan, Model: mcfg, Init: init, Seed: *seed, Batches: loader, SeqLen: T, Steps: n, Devices: devs, Comm: l.comm(),
 		Checkpoint: *ckpt || plan.ActivationCheckpointing.Present, CPUCheckpoint: plan.ActivationCheckpointing.CPUCheckpointing,
 		Warn: func(msg string) { fmt.Fprintf(stderr, "dszero train: warning: %s\n", msg) }},
 		func(r train.Record) error {
@@ -208,7 +236,8 @@ func runTrain(args []string, stdout, stderr io.Writer) int {
 	el := time.Since(start)
 	fmt.Fprintf(stdout, "done: %d steps in %s, loss %.4f → %.4f, %.0f tokens/s overall\n", last.Step, el.Round(time.Millisecond), first.Loss, last.Loss,
 		float64(int(last.Step)*B*T*gas*nproc)/el.Seconds())
-	for r, a := range accts {
+	for i, a := range accts {
+		r := ranks[i]
 		if r > 0 && r < nproc-1 {
 			continue // rank 0 and the last rank, whose partition holds the padding
 		}
