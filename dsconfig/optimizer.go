@@ -62,16 +62,8 @@ func (c *compiler) readOptimizer(top *block) {
 	if !b.present() {
 		return
 	}
-	tf := b.get("type")
-	name := ""
-	if tf.v != nil && tf.v.Kind == lenient.String {
-		name = tf.v.Str
-	} else if tf.v != nil && tf.v.Kind != lenient.Null {
-		tf.errorf(`write a name such as "AdamW"`, "optimizer type must be a string, got %s", describe(tf.v))
-	}
-	tf.record(name)
+	tf, name, pb := c.typeAndParams(b, "optimizer", "AdamW")
 	o.LegacyFusion = b.get("legacy_fusion").Bool(false)
-	pb := b.get("params").Object(scalarBlock)
 	b.finish()
 	if name == "" {
 		return
@@ -214,6 +206,19 @@ func (c *compiler) readOptimizer(top *block) {
 		c.s.unsupportedf(tf.v, "optimizer.type", "use Adam, AdamW, SGD or Lamb", "the %s optimizer (%s) is not implemented by dszero", name, o.Impl)
 	}
 	pb.finish()
+}
+
+// typeAndParams reads the "type" and "params" of an optimizer or scheduler
+// block (both read key by key by DeepSpeed).
+func (c *compiler) typeAndParams(b *block, what, example string) (tf *field, name string, params *block) {
+	tf = b.get("type")
+	if tf.v != nil && tf.v.Kind == lenient.String {
+		name = tf.v.Str
+	} else if tf.v != nil && tf.v.Kind != lenient.Null {
+		tf.errorf(fmt.Sprintf("write a name such as %q", example), "%s type must be a string, got %s", what, describe(tf.v))
+	}
+	tf.record(name)
+	return tf, name, b.get("params").Object(scalarBlock)
 }
 
 func sortedKeys(m map[string][]string) []string {

@@ -29,15 +29,7 @@ func (c *compiler) readScheduler(top *block) {
 	if !b.present() {
 		return
 	}
-	tf := b.get("type")
-	name := ""
-	if tf.v != nil && tf.v.Kind == lenient.String {
-		name = tf.v.Str
-	} else if tf.v != nil && tf.v.Kind != lenient.Null {
-		tf.errorf(`write a name such as "WarmupLR"`, "scheduler type must be a string, got %s", describe(tf.v))
-	}
-	tf.record(name)
-	pb := b.get("params").Object(scalarBlock)
+	tf, name, pb := c.typeAndParams(b, "scheduler", "WarmupLR")
 	b.finish()
 	if name == "" {
 		return
