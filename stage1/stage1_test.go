@@ -1,12 +1,11 @@
 package stage1_test
 
 import (
+	"fmt"
 	"testing"
 
-	"github.com/dszero/dszero/internal/zcore"
 	"github.com/dszero/dszero/internal/ztest"
 	"github.com/dszero/dszero/mem"
-	"github.com/dszero/dszero/zero/lrsched"
 )
 
 // TestMemoryFormula trains the MLP with Adam in fp32 on 1 to 4 ranks and
@@ -19,22 +18,14 @@ import (
 // and each term holds Padded (or Padded/N) elements; the reduction and the
 // all-gather work in place, so nothing is held for communication.
 func TestMemoryFormula(t *testing.T) {
-	d, err := ztest.LoadMLP("../model/mlp/testdata")
-	if err != nil {
-		t.Fatal(err)
-	}
+	d := ztest.MustLoadMLP(t, "../model/mlp/testdata")
 	psi := int64(d.Layout.Numel)
 	for world := 1; world <= 4; world++ {
-		plan, err := ztest.Plan(ztest.StageJSON(1, 1000, false), world)
+		run, pad, err := ztest.StageRun(d, 1, 1000, false, world)
 		if err != nil {
 			t.Fatal(err)
 		}
-		run, err := ztest.RunMLP(plan, 2, lrsched.DeepSpeed0195, d, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		fl := zcore.FlatLayout(&d.Layout, world)
-		pad, n := int64(fl.Padded)-psi, int64(world)
+		n := int64(world)
 		if pad < 0 || pad >= 2*n {
 			t.Fatalf("world %d: padding %d, want [0, %d)", world, pad, 2*n)
 		}
@@ -46,12 +37,7 @@ func TestMemoryFormula(t *testing.T) {
 			mem.Comm:         0,
 		}
 		for r, a := range run.Accts {
-			got := ztest.Peaks(a)
-			for c, w := range want {
-				if got[c] != w {
-					t.Errorf("world %d rank %d: %v peak %d bytes, want %d", world, r, c, got[c], w)
-				}
-			}
+			got := ztest.CheckPeaks(t, fmt.Sprintf("world %d rank %d", world, r), a, want)
 			states := got[mem.Params16] + got[mem.Grads] + got[mem.MasterParams] + got[mem.OptimState]
 			formula := 8*float64(psi) + 12*float64(psi)/float64(n)
 			if r == 0 {

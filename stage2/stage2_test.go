@@ -1,12 +1,11 @@
 package stage2_test
 
 import (
+	"fmt"
 	"testing"
 
-	"github.com/dszero/dszero/internal/zcore"
 	"github.com/dszero/dszero/internal/ztest"
 	"github.com/dszero/dszero/mem"
-	"github.com/dszero/dszero/zero/lrsched"
 )
 
 // TestMemoryFormula trains the MLP with Adam in fp32 on 1 to 4 ranks and
@@ -25,10 +24,7 @@ import (
 // buckets larger than the model nothing is reduced before the end of
 // backward: all Ψ are live.
 func TestMemoryFormula(t *testing.T) {
-	d, err := ztest.LoadMLP("../model/mlp/testdata")
-	if err != nil {
-		t.Fatal(err)
-	}
+	d := ztest.MustLoadMLP(t, "../model/mlp/testdata")
 	psi := int64(d.Layout.Numel)
 	for _, tc := range []struct {
 		bucket  int
@@ -40,16 +36,11 @@ func TestMemoryFormula(t *testing.T) {
 		{500000000, false, psi},
 	} {
 		for world := 1; world <= 4; world++ {
-			plan, err := ztest.Plan(ztest.StageJSON(2, tc.bucket, tc.overlap), world)
+			run, pad, err := ztest.StageRun(d, 2, tc.bucket, tc.overlap, world)
 			if err != nil {
 				t.Fatal(err)
 			}
-			run, err := ztest.RunMLP(plan, 2, lrsched.DeepSpeed0195, d, nil)
-			if err != nil {
-				t.Fatal(err)
-			}
-			fl := zcore.FlatLayout(&d.Layout, world)
-			pad, n := int64(fl.Padded)-psi, int64(world)
+			n := int64(world)
 			want := map[mem.Category]int64{
 				mem.Params16:     4 * (psi + pad),
 				mem.Grads:        4 * (psi + pad) / n,
@@ -58,12 +49,7 @@ func TestMemoryFormula(t *testing.T) {
 				mem.Comm:         4 * tc.live,
 			}
 			for r, a := range run.Accts {
-				got := ztest.Peaks(a)
-				for c, w := range want {
-					if got[c] != w {
-						t.Errorf("bucket %d overlap %v world %d rank %d: %v peak %d bytes, want %d", tc.bucket, tc.overlap, world, r, c, got[c], w)
-					}
-				}
+				got := ztest.CheckPeaks(t, fmt.Sprintf("bucket %d overlap %v world %d rank %d", tc.bucket, tc.overlap, world, r), a, want)
 				if live := a.Snapshot().LiveBytes(mem.Device, mem.Comm); live != 0 {
 					t.Errorf("world %d rank %d: %d bytes of gradients still live after the run", world, r, live)
 				}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/dszero/dszero/blas"
 	"github.com/dszero/dszero/dsconfig"
+	"github.com/dszero/dszero/internal/ztest"
 	"github.com/dszero/dszero/mem"
 	"github.com/dszero/dszero/model"
 	"github.com/dszero/dszero/model/gpt"
@@ -109,22 +110,6 @@ func maxRel(got []Record, want []Record) float64 {
 	return m
 }
 
-// weightDiff is the largest |a−b| over all weights, and the relative
-// difference of the whole vectors, ‖a−b‖₂/‖b‖₂. (Per element, relative
-// differences mean little: Adam moves a weight whose gradient is at the
-// rounding noise by up to lr per step whatever the noise, so weights near
-// zero differ relatively much whenever the summation order differs.)
-func weightDiff(a, b []float32) (abs, rel float64) {
-	var d2, b2 float64
-	for i := range a {
-		d := float64(a[i]) - float64(b[i])
-		abs = math.Max(abs, math.Abs(d))
-		d2 += d * d
-		b2 += float64(b[i]) * float64(b[i])
-	}
-	return abs, math.Sqrt(d2 / b2)
-}
-
 // TestWorldParityGPT: stages 0, 1 and 2 on 1 to 4 in-process ranks train
 // the tiny GPT (tied embeddings: the head borrows wte) like one rank of
 // stage 0 on the same global batches: losses within 1e-6 relative,
@@ -140,7 +125,7 @@ func TestWorldParityGPT(t *testing.T) {
 			t.Run(fmt.Sprintf("stage%d/world%d", stage, world), func(t *testing.T) {
 				recs, w := runGPT(t, g, harnessJSON(stage, 2, 2, 20000, stage == 2 && world%2 == 0), world, steps, lrsched.DeepSpeed0195)
 				lrel := maxRel(recs, base)
-				wabs, wrel := weightDiff(w, bw)
+				wabs, wrel := ztest.WeightDiff(w, bw)
 				t.Logf("losses max rel Δ %.2e; weights max |Δ| %.2e, ‖Δ‖/‖w‖ %.2e", lrel, wabs, wrel)
 				if lrel > 1e-6 {
 					t.Errorf("losses differ from one rank by %.2e relative", lrel)
@@ -199,7 +184,7 @@ func TestDeepSpeedParityGPT(t *testing.T) {
 					t.Errorf("step %d: lr %g, DeepSpeed %g", r.Step, r.LR, w.LRUsed)
 				}
 			}
-			wabs, _ := weightDiff(final, want)
+			wabs, _ := ztest.WeightDiff(final, want)
 			t.Logf("vs DeepSpeed: step losses max rel Δ %.2e, grad norms %.2e; final weights max |Δ| %.2e", loss, norm, wabs)
 			if loss > 1e-5 || norm > 1e-5 {
 				t.Errorf("losses or gradient norms differ from DeepSpeed by more than 1e-5 relative")

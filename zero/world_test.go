@@ -2,7 +2,6 @@ package zero_test
 
 import (
 	"fmt"
-	"math"
 	"testing"
 
 	"github.com/dszero/dszero/internal/ztest"
@@ -29,11 +28,7 @@ func clipJSON(clip float64, stage, micro, gas, bucket int, overlap bool) string 
 
 func loadMLP(t *testing.T) ztest.MLPData {
 	t.Helper()
-	d, err := ztest.LoadMLP(mlpRef)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return d
+	return ztest.MustLoadMLP(t, mlpRef)
 }
 
 func runMLP(t *testing.T, js string, world, steps int, d ztest.MLPData) ztest.Run {
@@ -49,30 +44,9 @@ func runMLP(t *testing.T, js string, world, steps int, d ztest.MLPData) ztest.Ru
 	return r
 }
 
-// maxRel is the largest |a−b|/|b| of two loss series.
-func maxRel(a, b []float64) float64 {
-	m := 0.0
-	for i := range a {
-		m = math.Max(m, math.Abs(a[i]-b[i])/math.Abs(b[i]))
-	}
-	return m
-}
-
-// weightDiff is the largest |a−b| over all weights, and the relative
-// difference of the whole vectors, ‖a−b‖₂/‖b‖₂. (Per element, relative
-// differences mean little: Adam moves a weight whose gradient is at the
-// rounding noise by up to lr per step whatever the noise, so weights near
-// zero differ relatively much whenever the summation order differs.)
-func weightDiff(a, b []float32) (abs, rel float64) {
-	var d2, b2 float64
-	for i := range a {
-		d := float64(a[i]) - float64(b[i])
-		abs = math.Max(abs, math.Abs(d))
-		d2 += d * d
-		b2 += float64(b[i]) * float64(b[i])
-	}
-	return abs, math.Sqrt(d2 / b2)
-}
+// weightDiff is ztest.WeightDiff, by its old name for the DeepSpeed
+// comparisons.
+var weightDiff = ztest.WeightDiff
 
 // TestWorldParityMLP: stages 0, 1 and 2 on 1 to 4 in-process ranks train
 // the MLP like one rank of stage 0 on the same global batches (micro 2 ×
@@ -93,8 +67,8 @@ func TestWorldParityMLP(t *testing.T) {
 			for stage := 0; stage <= 2; stage++ {
 				t.Run(fmt.Sprintf("clip%g/stage%d/world%d", clip, stage, world), func(t *testing.T) {
 					got := runMLP(t, clipJSON(clip, stage, 2, 2, 1000, stage == 2 && world%2 == 0), world, steps, d)
-					lrel := maxRel(got.Losses, base.Losses)
-					wabs, wrel := weightDiff(got.Final, base.Final)
+					lrel := ztest.MaxRel(got.Losses, base.Losses)
+					wabs, wrel := ztest.WeightDiff(got.Final, base.Final)
 					t.Logf("losses max rel Δ %.2e; weights max |Δ| %.2e, ‖Δ‖/‖w‖ %.2e", lrel, wabs, wrel)
 					if lrel > 1e-6 {
 						t.Errorf("losses differ from one rank by %.2e relative:\n%v\n%v", lrel, got.Losses, base.Losses)

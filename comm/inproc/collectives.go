@@ -20,7 +20,7 @@ func (c *rankComm) run(x *call, w *waiter) *fault {
 	if f := g.wait(rd, phaseArrive, w); f != nil {
 		return f
 	}
-	switch x.kind {
+	switch x.Kind {
 	case comm.KindBarrier:
 		return nil
 	case comm.KindSplit:
@@ -54,32 +54,32 @@ func chunk(n, size, r int) (lo, hi int) { return n * r / size, n * (r + 1) / siz
 func (c *rankComm) move(rd *round, x *call) {
 	n := c.g.size()
 	bufs := c.scratch(n)
-	switch x.kind {
+	switch x.Kind {
 	case comm.KindAllReduce:
 		if n == 1 {
 			return // the sum and the average of one buffer are the buffer
 		}
-		lo, hi := chunk(x.out.Len(), n, c.rank)
+		lo, hi := chunk(x.Out.Len(), n, c.rank)
 		for k, o := range rd.calls {
-			bufs[k] = o.out.Slice(lo, hi)
+			bufs[k] = o.Out.Slice(lo, hi)
 		}
-		comm.Reduce(bufs, bufs, x.op)
+		comm.Reduce(bufs, bufs, x.Op)
 	case comm.KindReduceScatter:
-		m := x.out.Len()
+		m := x.Out.Len()
 		for k, o := range rd.calls {
-			bufs[k] = o.in.Slice(c.rank*m, (c.rank+1)*m)
+			bufs[k] = o.In.Slice(c.rank*m, (c.rank+1)*m)
 		}
-		comm.Reduce([]comm.Buffer{x.out}, bufs, x.op)
+		comm.Reduce([]comm.Buffer{x.Out}, bufs, x.Op)
 	case comm.KindAllGather:
-		m := x.in.Len()
+		m := x.In.Len()
 		for k, o := range rd.calls {
-			if dst := x.out.Slice(k*m, (k+1)*m); !same(dst, o.in) {
-				copyBuf(dst, o.in)
+			if dst := x.Out.Slice(k*m, (k+1)*m); !comm.Same(dst, o.In) {
+				copyBuf(dst, o.In)
 			}
 		}
 	case comm.KindBroadcast:
-		if c.rank != x.root {
-			copyBuf(x.out, rd.calls[x.root].out)
+		if c.rank != x.Root {
+			copyBuf(x.Out, rd.calls[x.Root].Out)
 		}
 	}
 	clear(bufs)

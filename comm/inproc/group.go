@@ -4,8 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strconv"
-	"strings"
 	"sync"
 	"time"
 
@@ -37,28 +35,6 @@ type fault struct {
 	err   error
 }
 
-// faultError is a fault's error: a message naming the ranks, a cause kind
-// (one of comm's Err values) and the underlying error, if any.
-type faultError struct {
-	msg   string
-	kind  error
-	cause error
-}
-
-func (e *faultError) Error() string {
-	if e.cause != nil {
-		return e.msg + ": " + e.cause.Error()
-	}
-	return e.msg
-}
-
-func (e *faultError) Unwrap() []error {
-	if e.cause != nil {
-		return []error{e.kind, e.cause}
-	}
-	return []error{e.kind}
-}
-
 // A collective passes two phases: every rank has arrived (its buffers are
 // published), and every rank is done with the others' buffers.
 const (
@@ -86,21 +62,8 @@ func (j *job) newGroup(name string, members []int) *group {
 
 func (g *group) size() int { return len(g.members) }
 
-// who names ranks of the group for messages, with world ranks in
-// sub-groups: "rank 3", "ranks 1 (world rank 2), 2 (world rank 5)".
-func (g *group) who(peers []int) string {
-	parts := make([]string, len(peers))
-	for i, p := range peers {
-		parts[i] = strconv.Itoa(p)
-		if g.name != "world" {
-			parts[i] += fmt.Sprintf(" (world rank %d)", g.members[p])
-		}
-	}
-	if len(parts) == 1 {
-		return "rank " + parts[0]
-	}
-	return "ranks " + strings.Join(parts, ", ")
-}
+// who names ranks of the group for messages (see comm.Who).
+func (g *group) who(peers []int) string { return comm.Who(g.name, g.members, peers) }
 
 func (g *group) rankOf(worldRank int) int {
 	for i, m := range g.members {
@@ -113,12 +76,12 @@ func (g *group) rankOf(worldRank int) int {
 
 func (g *group) departed(worldRank int, d *departure) *fault {
 	p := g.rankOf(worldRank)
-	return &fault{peers: []int{p}, err: &faultError{msg: g.who([]int{p}) + " " + d.verb, kind: d.kind, cause: d.cause}}
+	return &fault{peers: []int{p}, err: &comm.FaultError{Msg: g.who([]int{p}) + " " + d.verb, Kind: d.kind, Cause: d.cause}}
 }
 
 // failed is the fault of rank p failing with cause.
 func (g *group) failed(p int, cause error) *fault {
-	return &fault{peers: []int{p}, err: &faultError{msg: g.who([]int{p}) + " failed", kind: comm.ErrRankFailed, cause: cause}}
+	return &fault{peers: []int{p}, err: &comm.FaultError{Msg: g.who([]int{p}) + " failed", Kind: comm.ErrRankFailed, Cause: cause}}
 }
 
 func (g *group) abort(f *fault) {
@@ -156,9 +119,9 @@ func (g *group) arrive(me int, c *call) (*round, *fault) {
 	}
 	rd.calls[me] = c
 	if f := rd.calls[rd.first]; f.sig() != c.sig() {
-		g.abortLocked(&fault{peers: []int{me, rd.first}, err: &faultError{
-			msg:  fmt.Sprintf("%s issued %v but %s issued %v", g.who([]int{me}), c.sig(), g.who([]int{rd.first}), f.sig()),
-			kind: comm.ErrMismatch,
+		g.abortLocked(&fault{peers: []int{me, rd.first}, err: &comm.FaultError{
+			Msg:  fmt.Sprintf("%s issued %v but %s issued %v", g.who([]int{me}), c.sig(), g.who([]int{rd.first}), f.sig()),
+			Kind: comm.ErrMismatch,
 		}})
 		return nil, g.fault
 	}
@@ -177,10 +140,10 @@ func (g *group) overlaps(rd *round) *fault {
 		for b := a + 1; b < len(rd.calls); b++ {
 			for _, x := range rd.calls[a].buffers() {
 				for _, y := range rd.calls[b].buffers() {
-					if overlap(x, y) {
-						return &fault{peers: []int{a, b}, err: &faultError{
-							msg:  fmt.Sprintf("the buffers of %s and %s overlap", g.who([]int{a}), g.who([]int{b})),
-							kind: comm.ErrMismatch,
+					if comm.Overlap(x, y) {
+						return &fault{peers: []int{a, b}, err: &comm.FaultError{
+							Msg:  fmt.Sprintf("the buffers of %s and %s overlap", g.who([]int{a}), g.who([]int{b})),
+							Kind: comm.ErrMismatch,
 						}}
 					}
 				}
@@ -264,10 +227,10 @@ func (g *group) timedOut(rd *round, ph int, w *waiter, cause error) {
 	if ph == phaseDone {
 		verb = "did not finish"
 	}
-	g.abortLocked(&fault{peers: missing, err: &faultError{
-		msg:   fmt.Sprintf("timed out after %v: %s %s", w.budget, g.who(missing), verb),
-		kind:  comm.ErrTimeout,
-		cause: cause,
+	g.abortLocked(&fault{peers: missing, err: &comm.FaultError{
+		Msg:   fmt.Sprintf("timed out after %v: %s %s", w.budget, g.who(missing), verb),
+		Kind:  comm.ErrTimeout,
+		Cause: cause,
 	}})
 }
 

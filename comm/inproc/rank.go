@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"sync"
 	"time"
-	"unsafe"
 
 	"github.com/dszero/dszero/comm"
 	"github.com/dszero/dszero/device"
@@ -19,10 +18,7 @@ type rankComm struct {
 	job  *job
 
 	mu      sync.Mutex
-	cond    sync.Cond // signalled on enqueue and close
-	queue   []*call
-	seq     uint64 // the last sequence number issued
-	closed  bool
+	queue   comm.Queue[*call] // guarded by mu
 	traffic comm.Traffic
 	exited  chan struct{} // closed when the worker has returned
 
@@ -33,11 +29,8 @@ var _ comm.Comm = (*rankComm)(nil)
 
 // call is one collective on one rank, and its comm.Handle.
 type call struct {
-	kind       comm.Kind
+	comm.Args
 	ctx        context.Context
-	out, in    comm.Buffer // all_reduce, broadcast: out only
-	op         comm.Op
-	root       int
 	color, key int // split
 	seq        uint64
 
@@ -61,14 +54,14 @@ type signature struct {
 }
 
 func (c *call) sig() signature {
-	s := signature{kind: c.kind, dtype: c.out.DType(), n: c.out.Len(), root: -1, op: -1}
-	switch c.kind {
+	s := signature{kind: c.Kind, dtype: c.Out.DType(), n: c.Out.Len(), root: -1, op: -1}
+	switch c.Kind {
 	case comm.KindAllReduce, comm.KindReduceScatter:
-		s.op = c.op
+		s.op = c.Op
 	case comm.KindAllGather:
-		s.n = c.in.Len()
+		s.n = c.In.Len()
 	case comm.KindBroadcast:
-		s.root = c.root
+		s.root = c.Root
 	case comm.KindBarrier, comm.KindSplit:
 		s.dtype, s.n = 0, 0
 	}
@@ -90,44 +83,12 @@ func (s signature) String() string {
 // buffers is the non-empty buffers of a call, for the overlap check.
 func (c *call) buffers() []comm.Buffer {
 	var bs []comm.Buffer
-	for _, b := range []comm.Buffer{c.out, c.in} {
+	for _, b := range []comm.Buffer{c.Out, c.In} {
 		if b.Len() > 0 {
 			bs = append(bs, b)
 		}
 	}
 	return bs
-}
-
-// span is the byte range of a non-empty buffer.
-func span(b comm.Buffer) (lo, hi uintptr) {
-	var p unsafe.Pointer
-	if b.DType() == device.F32 {
-		p = unsafe.Pointer(unsafe.SliceData(b.F32()))
-	} else {
-		p = unsafe.Pointer(unsafe.SliceData(b.Bits()))
-	}
-	return uintptr(p), uintptr(p) + uintptr(b.Bytes())
-}
-
-func overlap(a, b comm.Buffer) bool {
-	if a.Len() == 0 || b.Len() == 0 {
-		return false
-	}
-	alo, ahi := span(a)
-	blo, bhi := span(b)
-	return alo < bhi && blo < ahi
-}
-
-func same(a, b comm.Buffer) bool {
-	if a.Len() != b.Len() || a.DType() != b.DType() {
-		return false
-	}
-	if a.Len() == 0 {
-		return true
-	}
-	alo, _ := span(a)
-	blo, _ := span(b)
-	return alo == blo
 }
 
 func (c *rankComm) Rank() int { return c.rank }
@@ -140,39 +101,30 @@ func (c *rankComm) Traffic() comm.Traffic {
 }
 
 func (c *rankComm) AllReduce(ctx context.Context, buf comm.Buffer, op comm.Op) comm.Handle {
-	checkOp(op)
-	checkDType(buf)
-	return c.issue(&call{kind: comm.KindAllReduce, ctx: ctx, out: buf, op: op})
+	return c.issue(ctx, comm.Args{Kind: comm.KindAllReduce, Out: buf, Op: op})
 }
 
 func (c *rankComm) ReduceScatter(ctx context.Context, out, in comm.Buffer, op comm.Op) comm.Handle {
-	checkOp(op)
-	c.checkChunked("ReduceScatter", in, out)
-	return c.issue(&call{kind: comm.KindReduceScatter, ctx: ctx, out: out, in: in, op: op})
+	return c.issue(ctx, comm.Args{Kind: comm.KindReduceScatter, Out: out, In: in, Op: op})
 }
 
 func (c *rankComm) AllGather(ctx context.Context, out, in comm.Buffer) comm.Handle {
-	c.checkChunked("AllGather", out, in)
-	return c.issue(&call{kind: comm.KindAllGather, ctx: ctx, out: out, in: in})
+	return c.issue(ctx, comm.Args{Kind: comm.KindAllGather, Out: out, In: in})
 }
 
 func (c *rankComm) Broadcast(ctx context.Context, buf comm.Buffer, root int) comm.Handle {
-	checkDType(buf)
-	if root < 0 || root >= c.Size() {
-		panic(fmt.Sprintf("inproc: Broadcast from root %d in a communicator of %d", root, c.Size()))
-	}
-	return c.issue(&call{kind: comm.KindBroadcast, ctx: ctx, out: buf, root: root})
+	return c.issue(ctx, comm.Args{Kind: comm.KindBroadcast, Out: buf, Root: root})
 }
 
 func (c *rankComm) Barrier(ctx context.Context) comm.Handle {
-	return c.issue(&call{kind: comm.KindBarrier, ctx: ctx})
+	return c.issue(ctx, comm.Args{Kind: comm.KindBarrier})
 }
 
 func (c *rankComm) Split(ctx context.Context, color, key int) (comm.Comm, error) {
 	if color < comm.NoColor {
 		panic(fmt.Sprintf("inproc: Split with color %d (want ≥ 0 or NoColor)", color))
 	}
-	h := c.issue(&call{kind: comm.KindSplit, ctx: ctx, color: color, key: key})
+	h := c.issueCall(&call{Args: comm.Args{Kind: comm.KindSplit}, ctx: ctx, color: color, key: key})
 	if err := h.Wait(); err != nil {
 		return nil, err
 	}
@@ -182,83 +134,46 @@ func (c *rankComm) Split(ctx context.Context, color, key int) (comm.Comm, error)
 	return nil, nil
 }
 
-func checkOp(op comm.Op) {
-	if !op.Valid() {
-		panic(fmt.Sprintf("inproc: invalid reduction %v", op))
-	}
+// issue checks a collective's arguments and queues it.
+func (c *rankComm) issue(ctx context.Context, a comm.Args) comm.Handle {
+	a.Check("inproc", c.rank, c.Size())
+	return c.issueCall(&call{Args: a, ctx: ctx})
 }
 
-func checkDType(b comm.Buffer) {
-	if !b.DType().Valid() {
-		panic(fmt.Sprintf("inproc: buffer of invalid dtype %v", b.DType()))
-	}
-}
-
-// checkChunked checks that whole is Size() chunks of part's length and
-// dtype, and that part is disjoint from whole or exactly chunk Rank().
-func (c *rankComm) checkChunked(name string, whole, part comm.Buffer) {
-	checkDType(whole)
-	n := c.Size()
-	if whole.DType() != part.DType() || whole.Len() != n*part.Len() {
-		panic(fmt.Sprintf("inproc: %s of %v and %v in a communicator of %d: want one dtype and %d chunks", name, whole, part, n, n))
-	}
-	if overlap(whole, part) && !same(part, whole.Slice(c.rank*part.Len(), (c.rank+1)*part.Len())) {
-		panic(fmt.Sprintf("inproc: %s on rank %d: the chunk buffer overlaps the whole one but is not chunk %d of it", name, c.rank, c.rank))
-	}
-}
-
-// issue queues a call for the worker and returns it as the Handle.
-func (c *rankComm) issue(x *call) comm.Handle {
+// issueCall queues a call for the worker and returns it as the Handle.
+func (c *rankComm) issueCall(x *call) comm.Handle {
 	if x.ctx == nil {
 		x.ctx = context.Background()
 	}
 	x.done = make(chan struct{})
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.seq++
-	x.seq = c.seq
-	if c.closed {
+	var closed bool
+	if x.seq, closed = c.queue.NumberLocked(); closed {
 		return comm.Done(c.errorFor(x, &fault{peers: []int{c.rank}, err: comm.ErrClosed}))
 	}
-	c.queue = append(c.queue, x)
-	c.cond.Signal()
+	c.queue.PushLocked(x)
 	return x
 }
 
-func (c *rankComm) close() {
-	c.mu.Lock()
-	c.closed = true
-	c.cond.Signal()
-	c.mu.Unlock()
-}
+func (c *rankComm) close() { c.queue.Close() }
 
 // loop is the worker: it runs the queued calls in order until the
 // communicator is closed and the queue is empty.
 func (c *rankComm) loop() {
 	defer close(c.exited)
 	for {
-		c.mu.Lock()
-		for len(c.queue) == 0 && !c.closed {
-			c.cond.Wait()
-		}
-		if len(c.queue) == 0 {
-			c.mu.Unlock()
+		x, ok := c.queue.Next()
+		if !ok {
 			return
 		}
-		x := c.queue[0]
-		c.queue[0] = nil
-		c.queue = c.queue[1:]
-		if len(c.queue) == 0 {
-			c.queue = c.queue[:0:0]
-		}
-		c.mu.Unlock()
 		c.execute(x)
 		close(x.done)
 	}
 }
 
 func (c *rankComm) errorFor(x *call, f *fault) error {
-	return &comm.Error{Group: c.g.name, Kind: x.kind, Seq: x.seq, Rank: c.rank, Size: c.g.size(), Peers: f.peers, Err: f.err}
+	return &comm.Error{Group: c.g.name, Kind: x.Kind, Seq: x.seq, Rank: c.rank, Size: c.g.size(), Peers: f.peers, Err: f.err}
 }
 
 // execute runs one call on the worker, with its injected fault and its
@@ -266,7 +181,7 @@ func (c *rankComm) errorFor(x *call, f *fault) error {
 func (c *rankComm) execute(x *call) {
 	g := c.g
 	if inject := c.job.w.opts.Inject; inject != nil {
-		f := inject(Site{Group: g.name, Rank: c.rank, WorldRank: g.members[c.rank], Kind: x.kind, Seq: x.seq})
+		f := inject(Site{Group: g.name, Rank: c.rank, WorldRank: g.members[c.rank], Kind: x.Kind, Seq: x.seq})
 		if f.Delay > 0 {
 			if ft := g.sleep(x.ctx, c.rank, f.Delay); ft != nil {
 				x.err = c.errorFor(x, ft)
@@ -296,10 +211,8 @@ func (c *rankComm) execute(x *call) {
 		x.err = c.errorFor(x, f)
 		return
 	}
-	counts := comm.Counts{Calls: 1, Bytes: payload(x)}
-	counts.Sent, counts.Received = comm.NominalTraffic(x.kind, g.size(), c.rank, x.root, counts.Bytes)
 	c.mu.Lock()
-	c.traffic.Record(x.kind, counts)
+	c.traffic.Record(x.Kind, x.Counts(c.rank, g.size()))
 	c.mu.Unlock()
 }
 
@@ -307,15 +220,4 @@ func (g *group) failedFault() *fault {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	return g.fault
-}
-
-// payload is the b of comm.NominalTraffic.
-func payload(x *call) int64 {
-	switch x.kind {
-	case comm.KindReduceScatter:
-		return x.in.Bytes()
-	case comm.KindAllReduce, comm.KindAllGather, comm.KindBroadcast:
-		return x.out.Bytes()
-	}
-	return 0
 }

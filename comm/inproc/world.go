@@ -211,7 +211,7 @@ func (j *job) register(g *group) {
 // newRankComm is rank's handle on g, with its worker running.
 func (j *job) newRankComm(g *group, rank int) *rankComm {
 	c := &rankComm{g: g, rank: rank, job: j, exited: make(chan struct{})}
-	c.cond.L = &c.mu
+	c.queue.Init(&c.mu)
 	j.mu.Lock()
 	j.comms[g.members[rank]] = append(j.comms[g.members[rank]], c)
 	j.mu.Unlock()

@@ -113,7 +113,6 @@ import (
 	"fmt"
 	"unsafe"
 
-	"github.com/dszero/dszero/comm"
 	"github.com/dszero/dszero/device"
 )
 
@@ -220,17 +219,6 @@ func describe(h handle) (rank int, worldRanks []int, err error) {
 		worldRanks[i] = int(w)
 	}
 	return int(r), worldRanks, nil
-}
-
-// ptr is the address of a buffer's first element; nil when it is empty.
-func ptr(b comm.Buffer) unsafe.Pointer {
-	if b.Len() == 0 {
-		return nil
-	}
-	if b.DType() == device.F32 {
-		return unsafe.Pointer(unsafe.SliceData(b.F32()))
-	}
-	return unsafe.Pointer(unsafe.SliceData(b.Bits()))
 }
 
 // The collectives below are the blocking MPI calls, one each. Every count

@@ -24,15 +24,15 @@ func (c *communicator) run(x *call) *fault {
 		}
 	}
 	var err error
-	switch x.kind {
+	switch x.Kind {
 	case comm.KindAllReduce:
-		err = c.allReduce(x.out, x.op)
+		err = c.allReduce(x.Out, x.Op)
 	case comm.KindReduceScatter:
-		err = c.reduceScatter(x.out, x.in, x.op)
+		err = c.reduceScatter(x.Out, x.In, x.Op)
 	case comm.KindAllGather:
-		err = c.allGather(x.out, x.in)
+		err = c.allGather(x.Out, x.In)
 	case comm.KindBroadcast:
-		err = c.broadcast(x.out, x.root)
+		err = c.broadcast(x.Out, x.Root)
 	case comm.KindBarrier:
 		err = barrier(c.h)
 	case comm.KindSplit:
@@ -86,7 +86,7 @@ func (c *communicator) allReduce(buf comm.Buffer, op comm.Op) error {
 			rc[k], rd[k] = cint(m), cint(c.slot(k)*m)
 		}
 		sc[me], rc[me], rd[me] = 0, 0, 0
-		if err := alltoallv(c.h, ptr(seg), sc, sd, ptr(recv), rc, rd, t); err != nil {
+		if err := alltoallv(c.h, comm.Ptr(seg), sc, sd, comm.Ptr(recv), rc, rd, t); err != nil {
 			return err
 		}
 		own := seg.Slice(mlo, mhi)
@@ -101,7 +101,7 @@ func (c *communicator) allReduce(buf comm.Buffer, op comm.Op) error {
 		comm.Reduce([]comm.Buffer{own}, srcs, op)
 		clear(srcs)
 		if seg.Len()%n == 0 { // equal chunks: MPI_Allgather is faster than its v form
-			if err := allgather(c.h, nil, ptr(seg), m, t); err != nil {
+			if err := allgather(c.h, nil, comm.Ptr(seg), m, t); err != nil {
 				return err
 			}
 			continue
@@ -111,7 +111,7 @@ func (c *communicator) allReduce(buf comm.Buffer, op comm.Op) error {
 			klo, khi := chunk(seg.Len(), n, k)
 			rc[k], rd[k] = cint(khi-klo), cint(klo)
 		}
-		if err := allgathervInPlace(c.h, ptr(seg), rc, rd, t); err != nil {
+		if err := allgathervInPlace(c.h, comm.Ptr(seg), rc, rd, t); err != nil {
 			return err
 		}
 	}
@@ -154,7 +154,7 @@ func (c *communicator) reduceScatter(out, in comm.Buffer, op comm.Op) error {
 			rc[k], rd[k] = cint(s), cint(c.slot(k)*s)
 		}
 		sc[me], rc[me], rd[me] = 0, 0, 0
-		if err := alltoallv(c.h, ptr(send), sc, sd, ptr(recv), rc, rd, typeOf(dt)); err != nil {
+		if err := alltoallv(c.h, comm.Ptr(send), sc, sd, comm.Ptr(recv), rc, rd, typeOf(dt)); err != nil {
 			return err
 		}
 		srcs := c.s.views(n)
@@ -177,7 +177,7 @@ func (c *communicator) reduceScatter(out, in comm.Buffer, op comm.Op) error {
 // copied to their places.
 func (c *communicator) allGather(out, in comm.Buffer) error {
 	n, me, m, dt := c.Size(), c.rank, in.Len(), in.DType()
-	inPlace := same(in, out.Slice(me*m, (me+1)*m))
+	inPlace := comm.Same(in, out.Slice(me*m, (me+1)*m))
 	if m == 0 {
 		return nil
 	}
@@ -188,18 +188,18 @@ func (c *communicator) allGather(out, in comm.Buffer) error {
 		return nil
 	}
 	if n*m <= c.maxCount {
-		send := ptr(in)
+		send := comm.Ptr(in)
 		if inPlace {
 			send = nil
 		}
-		return allgather(c.h, send, ptr(out), m, typeOf(dt))
+		return allgather(c.h, send, comm.Ptr(out), m, typeOf(dt))
 	}
 	step := max(1, c.maxCount/n)
 	for a := 0; a < m; a += step {
 		b := min(a+step, m)
 		s := b - a
 		recv := c.s.buffer(1, dt, n*s)
-		if err := allgather(c.h, ptr(in.Slice(a, b)), ptr(recv), s, typeOf(dt)); err != nil {
+		if err := allgather(c.h, comm.Ptr(in.Slice(a, b)), comm.Ptr(recv), s, typeOf(dt)); err != nil {
 			return err
 		}
 		for k := range n {
@@ -218,7 +218,7 @@ func (c *communicator) broadcast(buf comm.Buffer, root int) error {
 	}
 	for lo := 0; lo < buf.Len(); lo += c.maxCount {
 		seg := buf.Slice(lo, min(lo+c.maxCount, buf.Len()))
-		if err := bcast(c.h, ptr(seg), seg.Len(), typeOf(buf.DType()), root); err != nil {
+		if err := bcast(c.h, comm.Ptr(seg), seg.Len(), typeOf(buf.DType()), root); err != nil {
 			return err
 		}
 	}

@@ -7,8 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -31,12 +29,9 @@ type communicator struct {
 	verify   bool
 
 	mu      sync.Mutex
-	cond    sync.Cond // signalled on enqueue and close
-	queue   []*call
-	seq     uint64 // the last sequence number issued
-	current *call  // the collective inside MPI; nil when the watchdog took it
-	fault   *fault // the first failure; every later collective fails with it
-	closed  bool
+	queue   comm.Queue[*call] // guarded by mu
+	current *call             // the collective inside MPI; nil when the watchdog took it
+	fault   *fault            // the first failure; every later collective fails with it
 	traffic comm.Traffic
 	exited  chan struct{} // closed when the worker has returned
 
@@ -56,7 +51,7 @@ func (w *World) newComm(h handle, isWorld bool, maxCount int, verify bool) (*com
 		name = "group" + fmt.Sprint(members)
 	}
 	c := &communicator{w: w, h: h, name: name, rank: rank, members: members, maxCount: maxCount, verify: verify, exited: make(chan struct{})}
-	c.cond.L = &c.mu
+	c.queue.Init(&c.mu)
 	if err := w.register(c); err != nil {
 		return nil, err
 	}
@@ -66,11 +61,8 @@ func (w *World) newComm(h handle, isWorld bool, maxCount int, verify bool) (*com
 
 // call is one collective on one rank, and its comm.Handle.
 type call struct {
-	kind       comm.Kind
+	comm.Args
 	ctx        context.Context
-	out, in    comm.Buffer // all_reduce, broadcast: out only
-	op         comm.Op
-	root       int
 	color, key int // split
 	seq        uint64
 
@@ -102,28 +94,6 @@ type fault struct {
 	agreed bool
 }
 
-// faultError is a fault's error: a message, a cause kind (one of comm's
-// Err values) and the underlying error, if any.
-type faultError struct {
-	msg   string
-	kind  error
-	cause error
-}
-
-func (e *faultError) Error() string {
-	if e.cause != nil {
-		return e.msg + ": " + e.cause.Error()
-	}
-	return e.msg
-}
-
-func (e *faultError) Unwrap() []error {
-	if e.cause != nil {
-		return []error{e.kind, e.cause}
-	}
-	return []error{e.kind}
-}
-
 func (c *communicator) Rank() int { return c.rank }
 func (c *communicator) Size() int { return len(c.members) }
 
@@ -134,39 +104,30 @@ func (c *communicator) Traffic() comm.Traffic {
 }
 
 func (c *communicator) AllReduce(ctx context.Context, buf comm.Buffer, op comm.Op) comm.Handle {
-	checkOp(op)
-	checkDType(buf)
-	return c.issue(&call{kind: comm.KindAllReduce, ctx: ctx, out: buf, op: op})
+	return c.issue(ctx, comm.Args{Kind: comm.KindAllReduce, Out: buf, Op: op})
 }
 
 func (c *communicator) ReduceScatter(ctx context.Context, out, in comm.Buffer, op comm.Op) comm.Handle {
-	checkOp(op)
-	c.checkChunked("ReduceScatter", in, out)
-	return c.issue(&call{kind: comm.KindReduceScatter, ctx: ctx, out: out, in: in, op: op})
+	return c.issue(ctx, comm.Args{Kind: comm.KindReduceScatter, Out: out, In: in, Op: op})
 }
 
 func (c *communicator) AllGather(ctx context.Context, out, in comm.Buffer) comm.Handle {
-	c.checkChunked("AllGather", out, in)
-	return c.issue(&call{kind: comm.KindAllGather, ctx: ctx, out: out, in: in})
+	return c.issue(ctx, comm.Args{Kind: comm.KindAllGather, Out: out, In: in})
 }
 
 func (c *communicator) Broadcast(ctx context.Context, buf comm.Buffer, root int) comm.Handle {
-	checkDType(buf)
-	if root < 0 || root >= c.Size() {
-		panic(fmt.Sprintf("mpi: Broadcast from root %d in a communicator of %d", root, c.Size()))
-	}
-	return c.issue(&call{kind: comm.KindBroadcast, ctx: ctx, out: buf, root: root})
+	return c.issue(ctx, comm.Args{Kind: comm.KindBroadcast, Out: buf, Root: root})
 }
 
 func (c *communicator) Barrier(ctx context.Context) comm.Handle {
-	return c.issue(&call{kind: comm.KindBarrier, ctx: ctx})
+	return c.issue(ctx, comm.Args{Kind: comm.KindBarrier})
 }
 
 func (c *communicator) Split(ctx context.Context, color, key int) (comm.Comm, error) {
 	if color < comm.NoColor || color > math.MaxInt32 || key < math.MinInt32 || key > math.MaxInt32 {
 		panic(fmt.Sprintf("mpi: Split with color %d, key %d (want color ≥ 0 or NoColor, both C ints)", color, key))
 	}
-	h := c.issue(&call{kind: comm.KindSplit, ctx: ctx, color: color, key: key})
+	h := c.issueCall(&call{Args: comm.Args{Kind: comm.KindSplit}, ctx: ctx, color: color, key: key})
 	if err := h.Wait(); err != nil {
 		return nil, err
 	}
@@ -176,108 +137,53 @@ func (c *communicator) Split(ctx context.Context, color, key int) (comm.Comm, er
 	return nil, nil
 }
 
-func checkOp(op comm.Op) {
-	if !op.Valid() {
-		panic(fmt.Sprintf("mpi: invalid reduction %v", op))
-	}
+// issue checks a collective's arguments and queues it.
+func (c *communicator) issue(ctx context.Context, a comm.Args) comm.Handle {
+	a.Check("mpi", c.rank, c.Size())
+	return c.issueCall(&call{Args: a, ctx: ctx})
 }
 
-func checkDType(b comm.Buffer) {
-	if !b.DType().Valid() {
-		panic(fmt.Sprintf("mpi: buffer of invalid dtype %v", b.DType()))
-	}
-}
-
-// checkChunked checks that whole is Size() chunks of part's length and
-// dtype, and that part is disjoint from whole or exactly chunk Rank().
-func (c *communicator) checkChunked(name string, whole, part comm.Buffer) {
-	checkDType(whole)
-	n := c.Size()
-	if whole.DType() != part.DType() || whole.Len() != n*part.Len() {
-		panic(fmt.Sprintf("mpi: %s of %v and %v in a communicator of %d: want one dtype and %d chunks", name, whole, part, n, n))
-	}
-	if overlap(whole, part) && !same(part, whole.Slice(c.rank*part.Len(), (c.rank+1)*part.Len())) {
-		panic(fmt.Sprintf("mpi: %s on rank %d: the chunk buffer overlaps the whole one but is not chunk %d of it", name, c.rank, c.rank))
-	}
-}
-
-func span(b comm.Buffer) (lo, hi uintptr) {
-	p := uintptr(ptr(b))
-	return p, p + uintptr(b.Bytes())
-}
-
-func overlap(a, b comm.Buffer) bool {
-	if a.Len() == 0 || b.Len() == 0 {
-		return false
-	}
-	alo, ahi := span(a)
-	blo, bhi := span(b)
-	return alo < bhi && blo < ahi
-}
-
-// same reports whether a and b are the same view.
-func same(a, b comm.Buffer) bool {
-	return a.Len() == b.Len() && a.DType() == b.DType() && ptr(a) == ptr(b)
-}
-
-// issue queues a call for the worker and returns it as the Handle; on a
+// issueCall queues a call for the worker and returns it as the Handle; on a
 // broken or closed communicator it fails at once.
-func (c *communicator) issue(x *call) comm.Handle {
+func (c *communicator) issueCall(x *call) comm.Handle {
 	if x.ctx == nil {
 		x.ctx = context.Background()
 	}
 	x.done = make(chan struct{})
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.seq++
-	x.seq = c.seq
+	var closed bool
+	x.seq, closed = c.queue.NumberLocked()
 	switch {
-	case c.closed:
+	case closed:
 		return comm.Done(c.errorFor(x, &fault{peers: []int{c.rank}, err: comm.ErrClosed}))
-	case c.fault != nil && c.current == nil && len(c.queue) == 0:
+	case c.fault != nil && c.current == nil && c.queue.LenLocked() == 0:
 		// Broken, and the worker has nothing before this call: fail now
 		// (the worker may be stuck in MPI after a timeout).
 		return comm.Done(c.errorFor(x, c.fault))
 	}
-	c.queue = append(c.queue, x)
-	c.cond.Signal()
+	c.queue.PushLocked(x)
 	return x
 }
 
 // close stops the worker once the queue is empty.
-func (c *communicator) close() {
-	c.mu.Lock()
-	c.closed = true
-	c.cond.Signal()
-	c.mu.Unlock()
-}
+func (c *communicator) close() { c.queue.Close() }
 
 // loop is the worker: it runs the queued calls in order until the
 // communicator is closed and the queue is empty.
 func (c *communicator) loop() {
 	defer close(c.exited)
 	for {
-		c.mu.Lock()
-		for len(c.queue) == 0 && !c.closed {
-			c.cond.Wait()
-		}
-		if len(c.queue) == 0 {
-			c.mu.Unlock()
+		x, ok := c.queue.Next()
+		if !ok {
 			return
 		}
-		x := c.queue[0]
-		c.queue[0] = nil
-		c.queue = c.queue[1:]
-		if len(c.queue) == 0 {
-			c.queue = c.queue[:0:0]
-		}
-		c.mu.Unlock()
 		c.execute(x)
 	}
 }
 
 func (c *communicator) errorFor(x *call, f *fault) error {
-	return &comm.Error{Group: c.name, Kind: x.kind, Seq: x.seq, Rank: c.rank, Size: c.Size(), Peers: f.peers, Err: f.err}
+	return &comm.Error{Group: c.name, Kind: x.Kind, Seq: x.seq, Rank: c.rank, Size: c.Size(), Peers: f.peers, Err: f.err}
 }
 
 // execute runs one call on the worker under its watchdog and records its
@@ -309,9 +215,9 @@ func (c *communicator) execute(x *call) {
 		budget = min(budget, time.Until(d))
 	}
 	timer := time.AfterFunc(budget, func() {
-		c.fail(x, &fault{err: &faultError{
-			msg:  fmt.Sprintf("timed out after %v: some rank did not arrive or did not finish (MPI cannot say which)", budget),
-			kind: comm.ErrTimeout,
+		c.fail(x, &fault{err: &comm.FaultError{
+			Msg:  fmt.Sprintf("timed out after %v: some rank did not arrive or did not finish (MPI cannot say which)", budget),
+			Kind: comm.ErrTimeout,
 		}})
 	})
 	stop := context.AfterFunc(x.ctx, func() { c.fail(x, c.contextFault(x.ctx.Err(), budget)) })
@@ -322,13 +228,11 @@ func (c *communicator) execute(x *call) {
 		c.fail(x, f)
 		return
 	}
-	counts := comm.Counts{Calls: 1, Bytes: payload(x)}
-	counts.Sent, counts.Received = comm.NominalTraffic(x.kind, c.Size(), c.rank, x.root, counts.Bytes)
 	c.mu.Lock()
 	mine := c.current == x
 	if mine {
 		c.current = nil
-		c.traffic.Record(x.kind, counts)
+		c.traffic.Record(x.Kind, x.Counts(c.rank, c.Size()))
 	}
 	c.mu.Unlock()
 	if mine {
@@ -351,8 +255,7 @@ func (c *communicator) fail(x *call, f *fault) {
 		c.fault = f
 	}
 	f = c.fault
-	queued := c.queue
-	c.queue = nil
+	queued := c.queue.TakeAllLocked()
 	c.mu.Unlock()
 	err := c.errorFor(x, f)
 	if !f.agreed {
@@ -372,51 +275,27 @@ func (c *communicator) contextFault(err error, budget time.Duration) *fault {
 		if budget == 0 {
 			msg = "the context's deadline passed before the collective started"
 		}
-		return &fault{err: &faultError{msg: msg, kind: comm.ErrTimeout, cause: err}}
+		return &fault{err: &comm.FaultError{Msg: msg, Kind: comm.ErrTimeout, Cause: err}}
 	}
-	return &fault{peers: []int{c.rank}, err: &faultError{msg: c.who([]int{c.rank}) + " failed", kind: comm.ErrRankFailed, cause: err}}
+	return &fault{peers: []int{c.rank}, err: &comm.FaultError{Msg: c.who([]int{c.rank}) + " failed", Kind: comm.ErrRankFailed, Cause: err}}
 }
 
-// who names ranks of the communicator for messages, with world ranks in
-// sub-groups: "rank 3", "ranks 1 (world rank 2), 2 (world rank 5)".
-func (c *communicator) who(peers []int) string {
-	parts := make([]string, len(peers))
-	for i, p := range peers {
-		parts[i] = strconv.Itoa(p)
-		if c.name != "world" {
-			parts[i] += fmt.Sprintf(" (world rank %d)", c.members[p])
-		}
-	}
-	if len(parts) == 1 {
-		return "rank " + parts[0]
-	}
-	return "ranks " + strings.Join(parts, ", ")
-}
-
-// payload is the b of comm.NominalTraffic.
-func payload(x *call) int64 {
-	switch x.kind {
-	case comm.KindReduceScatter:
-		return x.in.Bytes()
-	case comm.KindAllReduce, comm.KindAllGather, comm.KindBroadcast:
-		return x.out.Bytes()
-	}
-	return 0
-}
+// who names ranks of the communicator for messages (see comm.Who).
+func (c *communicator) who(peers []int) string { return comm.Who(c.name, c.members, peers) }
 
 // signature is what every rank's call of one collective must agree on; with
 // Options.Verify the ranks exchange it before the collective.
 type signature [6]int64 // seq, kind, dtype, length, op, root
 
 func (x *call) sig() signature {
-	s := signature{int64(x.seq), int64(x.kind), int64(x.out.DType()), int64(x.out.Len()), -1, -1}
-	switch x.kind {
+	s := signature{int64(x.seq), int64(x.Kind), int64(x.Out.DType()), int64(x.Out.Len()), -1, -1}
+	switch x.Kind {
 	case comm.KindAllReduce, comm.KindReduceScatter:
-		s[4] = int64(x.op)
+		s[4] = int64(x.Op)
 	case comm.KindAllGather:
-		s[3] = int64(x.in.Len())
+		s[3] = int64(x.In.Len())
 	case comm.KindBroadcast:
-		s[5] = int64(x.root)
+		s[5] = int64(x.Root)
 	case comm.KindBarrier, comm.KindSplit:
 		s[2], s[3] = 0, 0
 	}
@@ -450,9 +329,9 @@ func (c *communicator) verifySig(x *call) *fault {
 	}
 	for r := 1; r < n; r++ {
 		if all[r] != all[0] {
-			return &fault{peers: []int{0, r}, agreed: true, err: &faultError{
-				msg:  fmt.Sprintf("%s issued %v but %s issued %v", c.who([]int{r}), all[r], c.who([]int{0}), all[0]),
-				kind: comm.ErrMismatch,
+			return &fault{peers: []int{0, r}, agreed: true, err: &comm.FaultError{
+				Msg:  fmt.Sprintf("%s issued %v but %s issued %v", c.who([]int{r}), all[r], c.who([]int{0}), all[0]),
+				Kind: comm.ErrMismatch,
 			}}
 		}
 	}
@@ -461,5 +340,5 @@ func (c *communicator) verifySig(x *call) *fault {
 
 // mpiFault is the fault of an MPI call failing on this rank.
 func (c *communicator) mpiFault(err error) *fault {
-	return &fault{peers: []int{c.rank}, err: &faultError{msg: "MPI failed on " + c.who([]int{c.rank}), kind: comm.ErrRankFailed, cause: err}}
+	return &fault{peers: []int{c.rank}, err: &comm.FaultError{Msg: "MPI failed on " + c.who([]int{c.rank}), Kind: comm.ErrRankFailed, Cause: err}}
 }
