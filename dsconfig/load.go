@@ -20,25 +20,40 @@ type Options struct {
 	HF *HFArgs
 }
 
-// Load reads a config the three ways DeepSpeed does: a path to a file, a
-// JSON string, or DeepSpeed's urlsafe-base64 encoding of one. On any error
-// it returns a *ConfigError carrying every diagnostic.
+// Load reads a config the three ways DeepSpeed does (see ReadInput). On
+// any error it returns a *ConfigError carrying every diagnostic.
 func Load(input string, opts Options) (Plan, error) {
-	if st, err := os.Stat(input); err == nil && !st.IsDir() {
-		return LoadFile(input, opts)
+	name, data, err := ReadInput(input)
+	if err != nil {
+		return Plan{}, err
+	}
+	return finish(Compile(name, data, opts))
+}
+
+// ReadInput returns the bytes of a config given the three ways DeepSpeed
+// accepts one: a path to a file, a JSON string, or DeepSpeed's
+// urlsafe-base64 encoding of one. name is what diagnostics call it: the
+// path, "<string>" or "<base64>".
+func ReadInput(input string) (name string, data []byte, err error) {
+	data, err = os.ReadFile(input)
+	if err == nil {
+		return input, data, nil
+	}
+	if !errors.Is(err, os.ErrNotExist) {
+		return "", nil, fmt.Errorf("config %s: %w", input, err)
 	}
 	trimmed := strings.TrimSpace(input)
 	if strings.HasPrefix(trimmed, "{") {
-		return finish(Compile("<string>", []byte(input), opts))
+		return "<string>", []byte(input), nil
 	}
-	dec, err := base64.URLEncoding.DecodeString(trimmed)
-	if err != nil {
-		dec, err = base64.RawURLEncoding.DecodeString(trimmed)
+	dec, derr := base64.URLEncoding.DecodeString(trimmed)
+	if derr != nil {
+		dec, derr = base64.RawURLEncoding.DecodeString(trimmed)
 	}
-	if err != nil || !bytes.HasPrefix(bytes.TrimSpace(dec), []byte("{")) {
-		return Plan{}, fmt.Errorf("config %q: not an existing file, a JSON object or DeepSpeed's urlsafe-base64 of one; give the path to your ds_config.json", abbreviate(input))
+	if derr == nil && bytes.HasPrefix(bytes.TrimSpace(dec), []byte("{")) {
+		return "<base64>", dec, nil
 	}
-	return finish(Compile("<base64>", dec, opts))
+	return "", nil, fmt.Errorf("config %s: no such file, and not a JSON object or DeepSpeed's urlsafe-base64 of one; give the path to your ds_config.json", abbreviate(input))
 }
 
 // LoadFile reads a ds_config file.

@@ -67,6 +67,15 @@ func (m Mode) String() string {
 // MarshalText writes the mode's name.
 func (m Mode) MarshalText() ([]byte, error) { return []byte(m.String()), nil }
 
+// DataParallelSize is the world size the batch arithmetic divides by:
+// WorldSize / sequence_parallel_size.
+func (p Plan) DataParallelSize() int64 {
+	if p.SequenceParallelSize > 1 {
+		return int64(p.WorldSize) / p.SequenceParallelSize
+	}
+	return int64(p.WorldSize)
+}
+
 // Settings returns every resolved knob with its provenance, in the order the
 // config was read.
 func (p Plan) Settings() []Setting { return append([]Setting(nil), p.settings...) }

@@ -126,11 +126,11 @@ func runCheck(args []string, stdout, stderr io.Writer) int {
 }
 
 func compileFile(path string, opts dsconfig.Options) (dsconfig.Plan, dsconfig.Diagnostics, error) {
-	data, err := readConfigInput(path)
+	name, data, err := dsconfig.ReadInput(path)
 	if err != nil {
 		return dsconfig.Plan{}, nil, err
 	}
-	p, d := dsconfig.Compile(path, data, opts)
+	p, d := dsconfig.Compile(name, data, opts)
 	return p, d, nil
 }
 
@@ -145,15 +145,7 @@ func summary(p dsconfig.Plan) string {
 	}
 	return fmt.Sprintf("ZeRO stage %d, %s%s, batch %d = micro %d × accumulation %d × %d ranks",
 		p.Zero.Stage, p.Precision.DType, off, p.Batch.TrainBatchSize, p.Batch.TrainMicroBatchSizePerGPU, p.Batch.GradientAccumulationSteps,
-		worldDP(p))
-}
-
-func worldDP(p dsconfig.Plan) int64 {
-	w := int64(p.WorldSize)
-	if p.SequenceParallelSize > 1 {
-		w /= p.SequenceParallelSize
-	}
-	return w
+		p.DataParallelSize())
 }
 
 func runExplain(args []string, stdout, stderr io.Writer) int {
@@ -266,7 +258,7 @@ func explainText(w io.Writer, p dsconfig.Plan) {
 	}
 	b := p.Batch
 	fmt.Fprintf(w, "\nBatch\n  train_batch_size %d = micro-batch %d × gradient accumulation %d × %d data-parallel rank(s)\n",
-		b.TrainBatchSize, b.TrainMicroBatchSizePerGPU, b.GradientAccumulationSteps, worldDP(p))
+		b.TrainBatchSize, b.TrainMicroBatchSizePerGPU, b.GradientAccumulationSteps, p.DataParallelSize())
 	fmt.Fprintf(w, "\nPrecision\n")
 	switch p.Precision.DType {
 	case "fp16":

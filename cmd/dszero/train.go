@@ -88,11 +88,11 @@ func runTrain(args []string, stdout, stderr io.Writer) (code int) {
 
 	name, raw := "<embedded default ds_config>", defaultConfig
 	if *cfgPath != "" {
-		b, err := readConfigInput(*cfgPath)
+		n, b, err := dsconfig.ReadInput(*cfgPath)
 		if err != nil {
 			return fail("%v", err)
 		}
-		name, raw = *cfgPath, b
+		name, raw = n, b
 	}
 	hfArgs := hf()
 	plan, diags := dsconfig.Compile(name, raw, dsconfig.Options{WorldSize: nproc, HF: hfArgs})
@@ -182,7 +182,7 @@ func runTrain(args []string, stdout, stderr io.Writer) (code int) {
 		defer f.Close()
 		logw = json.NewEncoder(f)
 	}
-	fmt.Fprintf(stdout, "dszero: %s | model %s (%s parameters) | data %s (%d tokens)\n", name, *modelArg, count0(mcfg.NumParams()), corpus.Name, corpus.Len())
+	fmt.Fprintf(stdout, "dszero: %s | model %s (%s parameters) | data %s (%d tokens)\n", name, *modelArg, paramCount(mcfg.NumParams()), corpus.Name, corpus.Len())
 	fmt.Fprintf(stdout, "        %s | batch %d × %d tokens × %d accumulation | %d steps | matmul: %s\n",
 		summary(plan), B, T, gas, n, engine.Description())
 	var bar *progressbar.ProgressBar
@@ -272,7 +272,8 @@ func skipped(b bool) string {
 	return ""
 }
 
-func count0(n int) string {
+// paramCount writes a parameter count in K, M or B.
+func paramCount(n int) string {
 	switch {
 	case n >= 1e9:
 		return fmt.Sprintf("%.2fB", float64(n)/1e9)
