@@ -59,7 +59,7 @@ func TestRules(t *testing.T) {
 		{name: "duplicate key names both lines", src: "{\n" + batchOK + "\n\"steps_per_print\": 1,\n\"steps_per_print\": 2}", reject: true,
 			diags: []wantDiag{{Error, "", []string{`duplicate key "steps_per_print"`, "line 3"}}}},
 		{name: "template is an error with position", src: "{\n" + batchOK + "\n\"zero_optimization\": {\"stage\": ${zero_stage},}}", reject: true,
-			check: func(t *testing.T, p Plan) {}},
+			diags: []wantDiag{{Error, "", []string{"${zero_stage}", "template"}}}},
 		{name: "bare identifier", src: `{` + batchOK + ` "fp16": {"enabled": auto}}`, reject: true},
 		{name: "stage3 aliases and bare names are one field", src: `{` + batchOK + ` "optimizer": {"type": "Adam"}, "zero_optimization": {"stage": 3, "stage3_prefetch_bucket_size": 5e8, "max_live_parameters": 1e9, "stage3_param_persistence_threshold": 1e4}}`,
 			check: func(t *testing.T, p Plan) {
