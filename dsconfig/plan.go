@@ -174,22 +174,21 @@ type Precision struct {
 	DType string // "fp32", "fp16" or "bf16": the dtype of parameters and activations
 
 	// fp16
-	FP16AutoCast               bool
-	LossScale                  float64 // 0: dynamic
-	InitialScalePower          int64
-	LossScaleWindow            int64
-	Hysteresis                 int64
-	ConsecutiveHysteresis      bool
-	MinLossScale               int64
-	FP16MasterWeightsAndGrads  bool
-	BF16ImmediateGradUpdate    bool
-	BF16CheckGradOverflow      bool
-	BF16MasterWeightsAndGrads  bool
-	BF16OptimizerStates        bool
-	AMP                        bool // Apex AMP (not supported)
-	TorchAutocast              bool
-	TorchAutocastDType         string
-	LegacyBfloat16BlockWritten bool
+	FP16AutoCast              bool
+	LossScale                 float64 // 0: dynamic
+	InitialScalePower         int64
+	LossScaleWindow           int64
+	Hysteresis                int64
+	ConsecutiveHysteresis     bool
+	MinLossScale              int64
+	FP16MasterWeightsAndGrads bool
+	BF16ImmediateGradUpdate   bool
+	BF16CheckGradOverflow     bool
+	BF16MasterWeightsAndGrads bool
+	BF16OptimizerStates       bool
+	AMP                       bool // Apex AMP (not supported)
+	TorchAutocast             bool
+	TorchAutocastDType        string
 }
 
 // DynamicLossScale reports whether fp16 uses a dynamic loss scale.

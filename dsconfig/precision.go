@@ -54,7 +54,6 @@ func (c *compiler) readPrecision(top *block) {
 	if bv == nil {
 		if old := c.at("bfloat16"); old != nil {
 			key = "bfloat16"
-			p.LegacyBfloat16BlockWritten = true
 			c.s.warnf(old, "bfloat16", `rename the block to "bf16"`, "bfloat16 is the legacy name of the bf16 block")
 		}
 	} else if old := c.at("bfloat16"); old != nil {
