@@ -220,4 +220,16 @@ func (b Buffer) Bits() []uint16 {
 	return b.bits
 }
 
+// Copy copies min(dst.Len(), src.Len()) elements from src to dst, bit for
+// bit, like the built-in copy, and returns how many. The dtypes must agree.
+func Copy(dst, src Buffer) int {
+	if dst.dtype != src.dtype {
+		panic(fmt.Sprintf("comm: Copy of %v into %v", src, dst))
+	}
+	if dst.dtype == device.F32 {
+		return copy(dst.f32, src.f32)
+	}
+	return copy(dst.bits, src.bits)
+}
+
 func (b Buffer) String() string { return fmt.Sprintf("%v[%d]", b.dtype, b.Len()) }

@@ -49,11 +49,7 @@ func Reduce(dsts, srcs []Buffer, op Op) {
 	}
 	if len(srcs) == 1 {
 		for _, d := range dsts {
-			if dt == device.F32 {
-				copy(d.f32, srcs[0].f32)
-			} else {
-				copy(d.bits, srcs[0].bits)
-			}
+			Copy(d, srcs[0])
 		}
 		return
 	}

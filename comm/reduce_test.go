@@ -201,3 +201,26 @@ func BenchmarkReduce(b *testing.B) {
 		})
 	}
 }
+
+// TestCopy: Copy moves bits like the built-in copy (NaN payloads included)
+// and refuses to copy across dtypes.
+func TestCopy(t *testing.T) {
+	nan := math.Float32frombits(0x7FA00001)
+	dst := make([]float32, 2)
+	if n := comm.Copy(comm.F32(dst), comm.F32([]float32{1, nan, 3})); n != 2 {
+		t.Errorf("Copy returned %d, want 2", n)
+	}
+	if math.Float32bits(dst[0]) != math.Float32bits(1) || math.Float32bits(dst[1]) != 0x7FA00001 {
+		t.Errorf("Copy wrote %#08x %#08x", math.Float32bits(dst[0]), math.Float32bits(dst[1]))
+	}
+	bits := make([]uint16, 3)
+	if n := comm.Copy(comm.BF16(bits), comm.BF16([]uint16{0x7FC1, 0x8000})); n != 2 || !slices.Equal(bits, []uint16{0x7FC1, 0x8000, 0}) {
+		t.Errorf("Copy of bf16: %d, %#04x", n, bits)
+	}
+	defer func() {
+		if recover() == nil {
+			t.Error("Copy of fp16 into bf16 did not panic")
+		}
+	}()
+	comm.Copy(comm.BF16(bits), comm.F16(bits))
+}

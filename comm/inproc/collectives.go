@@ -5,7 +5,6 @@ import (
 	"sort"
 
 	"github.com/dszero/dszero/comm"
-	"github.com/dszero/dszero/device"
 )
 
 // run is one collective on rank c.rank: arrive, wait for every rank, move
@@ -74,12 +73,12 @@ func (c *rankComm) move(rd *round, x *call) {
 		m := x.In.Len()
 		for k, o := range rd.calls {
 			if dst := x.Out.Slice(k*m, (k+1)*m); !comm.Same(dst, o.In) {
-				copyBuf(dst, o.In)
+				comm.Copy(dst, o.In)
 			}
 		}
 	case comm.KindBroadcast:
 		if c.rank != x.Root {
-			copyBuf(x.Out, rd.calls[x.Root].Out)
+			comm.Copy(x.Out, rd.calls[x.Root].Out)
 		}
 	}
 	clear(bufs)
@@ -91,14 +90,6 @@ func (c *rankComm) scratch(n int) []comm.Buffer {
 		c.bufs = make([]comm.Buffer, n)
 	}
 	return c.bufs[:n]
-}
-
-func copyBuf(dst, src comm.Buffer) {
-	if dst.DType() == device.F32 {
-		copy(dst.F32(), src.F32())
-	} else {
-		copy(dst.Bits(), src.Bits())
-	}
 }
 
 // split makes the new groups of a Split, once per round (the first rank to

@@ -143,7 +143,7 @@ func (c *communicator) reduceScatter(out, in comm.Buffer, op comm.Op) error {
 			send, stride = c.s.buffer(0, dt, n*s), s
 			for k := range n {
 				if k != me {
-					copyBuf(send.Slice(k*s, (k+1)*s), in.Slice(k*m+a, k*m+b))
+					comm.Copy(send.Slice(k*s, (k+1)*s), in.Slice(k*m+a, k*m+b))
 				}
 			}
 		}
@@ -183,7 +183,7 @@ func (c *communicator) allGather(out, in comm.Buffer) error {
 	}
 	if n == 1 {
 		if !inPlace {
-			copyBuf(out, in)
+			comm.Copy(out, in)
 		}
 		return nil
 	}
@@ -204,7 +204,7 @@ func (c *communicator) allGather(out, in comm.Buffer) error {
 		}
 		for k := range n {
 			if k != me || !inPlace {
-				copyBuf(out.Slice(k*m+a, k*m+b), recv.Slice(k*s, (k+1)*s))
+				comm.Copy(out.Slice(k*m+a, k*m+b), recv.Slice(k*s, (k+1)*s))
 			}
 		}
 	}
@@ -233,14 +233,6 @@ func (c *communicator) split(color, key int) (*communicator, error) {
 		return nil, err
 	}
 	return c.w.newComm(h, false, c.maxCount, c.verify)
-}
-
-func copyBuf(dst, src comm.Buffer) {
-	if dst.DType() == device.F32 {
-		copy(dst.F32(), src.F32())
-	} else {
-		copy(dst.Bits(), src.Bits())
-	}
 }
 
 // scratch is a communicator's reusable memory, used by its worker only:

@@ -146,64 +146,60 @@ func TestDynamicByHand(t *testing.T) {
 		return scales, hyst, nil
 	}
 	base := Config{InitScale: 16, ScaleWindow: 2, MinScale: 1, DelayedShift: 2, RaiseErrorAtMinScale: true, ScaleFactor: 2}
-
-	// Hysteresis 2, window 2, 0.19.5 growth. iter0 X: hyst 2→1, scale 16;
-	// iter1 X: hyst 1 → halve to 8; iter2 .: stable 0; iter3 .: stable 1;
-	// iter4 .: stable 2 → grow to 16, refill hysteresis 2; iter5 X → hyst 1.
-	scales, hyst, err := run(base, "XX...X")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if d := cmp.Diff([]float64{16, 8, 8, 8, 16, 16}, scales); d != "" {
-		t.Errorf("hysteresis 2 scales (-want +got):\n%s", d)
-	}
-	if d := cmp.Diff([]int{1, 1, 1, 1, 2, 1}, hyst); d != "" {
-		t.Errorf("hysteresis 2 counters (-want +got):\n%s", d)
-	}
-
-	// Legacy growth (0.14.5): iter2 .: (2−1)%2 ≠ 0; iter3 .: (3−1)%2 = 0 → grow one step earlier.
 	legacy := base
 	legacy.Growth = Legacy
-	scales, _, _ = run(legacy, "XX...X")
-	if d := cmp.Diff([]float64{16, 8, 8, 16, 16, 16}, scales); d != "" {
-		t.Errorf("legacy growth (-want +got):\n%s", d)
-	}
-
-	// From the start (last_overflow_iter −1) window 2: 0.19.5 grows at
-	// iter 2 and 4 (stable 2, 4), 0.14.5 at iter 1, 3, 5.
-	scales, _, _ = run(base, "......")
-	if d := cmp.Diff([]float64{16, 16, 32, 32, 64, 64}, scales); d != "" {
-		t.Errorf("clean start (-want +got):\n%s", d)
-	}
-	scales, _, _ = run(legacy, "......")
-	if d := cmp.Diff([]float64{16, 32, 32, 64, 64, 128}, scales); d != "" {
-		t.Errorf("clean start, legacy (-want +got):\n%s", d)
-	}
-
-	// Consecutive hysteresis refills after any clean step: X.X.X never drops.
 	cons := base
 	cons.ConsecutiveHysteresis = true
 	cons.ScaleWindow = 1000
-	scales, hyst, _ = run(cons, "X.X.X.")
-	if d := cmp.Diff([]float64{16, 16, 16, 16, 16, 16}, scales); d != "" {
-		t.Errorf("consecutive hysteresis (-want +got):\n%s", d)
-	}
-	if d := cmp.Diff([]int{1, 2, 1, 2, 1, 2}, hyst); d != "" {
-		t.Errorf("consecutive hysteresis counters (-want +got):\n%s", d)
-	}
-	// Without it, the exhausted counter stays at 1: X.X halves at the second X.
 	noCons := cons
 	noCons.ConsecutiveHysteresis = false
-	scales, _, _ = run(noCons, "X.X.X.")
-	if d := cmp.Diff([]float64{16, 16, 8, 8, 4, 4}, scales); d != "" {
-		t.Errorf("non-consecutive hysteresis (-want +got):\n%s", d)
+
+	for _, c := range []struct {
+		name       string
+		cfg        Config
+		seq        string
+		wantScales []float64
+		wantHyst   []int // nil: not checked
+	}{
+		// Hysteresis 2, window 2, 0.19.5 growth. iter0 X: hyst 2→1, scale 16;
+		// iter1 X: hyst 1 → halve to 8; iter2 .: stable 0; iter3 .: stable 1;
+		// iter4 .: stable 2 → grow to 16, refill hysteresis 2; iter5 X → hyst 1.
+		{"hysteresis 2", base, "XX...X", []float64{16, 8, 8, 8, 16, 16}, []int{1, 1, 1, 1, 2, 1}},
+		// Legacy growth (0.14.5): iter2 .: (2−1)%2 ≠ 0; iter3 .: (3−1)%2 = 0 → grow one step earlier.
+		{"legacy growth", legacy, "XX...X", []float64{16, 8, 8, 16, 16, 16}, nil},
+		// From the start (last_overflow_iter −1) window 2: 0.19.5 grows at
+		// iter 2 and 4 (stable 2, 4), 0.14.5 at iter 1, 3, 5.
+		{"clean start", base, "......", []float64{16, 16, 32, 32, 64, 64}, nil},
+		{"clean start, legacy", legacy, "......", []float64{16, 32, 32, 64, 64, 128}, nil},
+		// Consecutive hysteresis refills after any clean step: X.X.X never drops.
+		{"consecutive hysteresis", cons, "X.X.X.", []float64{16, 16, 16, 16, 16, 16}, []int{1, 2, 1, 2, 1, 2}},
+		// Without it, the exhausted counter stays at 1: X.X halves at the second X.
+		{"non-consecutive hysteresis", noCons, "X.X.X.", []float64{16, 16, 8, 8, 4, 4}, nil},
+	} {
+		scales, hyst, err := run(c.cfg, c.seq)
+		if err != nil {
+			t.Errorf("%s: %v", c.name, err)
+			continue
+		}
+		if d := cmp.Diff(c.wantScales, scales); d != "" {
+			t.Errorf("%s scales (-want +got):\n%s", c.name, d)
+		}
+		if c.wantHyst == nil {
+			continue
+		}
+		if d := cmp.Diff(c.wantHyst, hyst); d != "" {
+			t.Errorf("%s counters (-want +got):\n%s", c.name, d)
+		}
 	}
 
 	// Hysteresis 1, minimum 4 with raise: 16 → 8 → 4, then the error; the
 	// state is unchanged by the failing call.
 	h1 := base
 	h1.DelayedShift, h1.MinScale = 1, 4
-	d, _ := NewDynamic(h1)
+	d, err := NewDynamic(h1)
+	if err != nil {
+		t.Fatal(err)
+	}
 	for i, want := range []float64{8, 4} {
 		if err := d.Update(true); err != nil || d.Scale() != want {
 			t.Fatalf("overflow %d: scale %v err %v, want %v", i, d.Scale(), err, want)
@@ -219,7 +215,7 @@ func TestDynamicByHand(t *testing.T) {
 	// Without raise it clamps at the minimum; a scale above the minimum
 	// whose half is below it clamps too (6 → 4, no error).
 	h1.RaiseErrorAtMinScale = false
-	scales, _, err = run(h1, "XXXX")
+	scales, _, err := run(h1, "XXXX")
 	if err != nil || !cmp.Equal([]float64{8, 4, 4, 4}, scales) {
 		t.Errorf("clamped: %v %v", scales, err)
 	}

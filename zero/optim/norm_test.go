@@ -5,6 +5,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -175,7 +176,7 @@ func TestReferenceGradNorms(t *testing.T) {
 		if stage3 && float64Norms == 0 {
 			t.Errorf("%s: expected float64 norms from stage 3", run)
 		}
-		if !contains(run, "z3_") && float64Norms > 0 {
+		if !strings.Contains(run, "z3_") && float64Norms > 0 {
 			t.Errorf("%s: %d norms are not float32", run, float64Norms)
 		}
 	}

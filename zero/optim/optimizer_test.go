@@ -60,15 +60,19 @@ func TestStepAllocatesNothing(t *testing.T) {
 	pool := NewPool(2)
 	defer pool.Close()
 	p, g := make([]float32, n), make([]float32, n)
-	opts := []Optimizer{}
-	for _, f := range []AdamFlavor{TorchAdam, TorchAdamW, DeepSpeedAdam} {
-		o, _ := NewAdam(DefaultAdamConfig(f), n, testAlloc(), pool)
+	var opts []Optimizer
+	add := func(o Optimizer, err error) {
+		if err != nil {
+			t.Fatal(err)
+		}
 		opts = append(opts, o)
 	}
-	s, _ := NewSGD(SGDConfig{LR: 0.1, Momentum: 0.9}, n, testAlloc(), pool)
-	a, _ := NewAdagrad(DefaultAdagradConfig(TorchAdagrad), n, testAlloc(), pool)
-	l, _ := NewLamb(DefaultLambConfig(), n, []Segment{{0, 0, n}}, nil, testAlloc(), pool)
-	opts = append(opts, s, a, l)
+	for _, f := range []AdamFlavor{TorchAdam, TorchAdamW, DeepSpeedAdam} {
+		add(NewAdam(DefaultAdamConfig(f), n, testAlloc(), pool))
+	}
+	add(NewSGD(SGDConfig{LR: 0.1, Momentum: 0.9}, n, testAlloc(), pool))
+	add(NewAdagrad(DefaultAdagradConfig(TorchAdagrad), n, testAlloc(), pool))
+	add(NewLamb(DefaultLambConfig(), n, []Segment{{0, 0, n}}, nil, testAlloc(), pool))
 	for _, o := range opts {
 		o.Step(p, g)
 		if allocs := testing.AllocsPerRun(10, func() { o.Step(p, g) }); allocs != 0 {

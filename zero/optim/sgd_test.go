@@ -1,6 +1,9 @@
 package optim
 
-import "testing"
+import (
+	"strings"
+	"testing"
+)
 
 func TestSGDMatchesTorchBitForBit(t *testing.T) {
 	g := loadGolden(t)
@@ -59,7 +62,7 @@ func TestSGDValidation(t *testing.T) {
 		{SGDConfig{LR: 1, Nesterov: true}, "Nesterov momentum requires a momentum and zero dampening"},
 		{SGDConfig{LR: 1, Momentum: 0.9, Dampening: 0.1, Nesterov: true}, "Nesterov momentum requires a momentum and zero dampening"},
 	} {
-		if _, err := NewSGD(tc.cfg, 1, testAlloc(), nil); err == nil || !contains(err.Error(), tc.want) {
+		if _, err := NewSGD(tc.cfg, 1, testAlloc(), nil); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("NewSGD(%+v) = %v, want %q", tc.cfg, err, tc.want)
 		}
 	}
