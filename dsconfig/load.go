@@ -39,9 +39,8 @@ func ReadInput(input string) (name string, data []byte, err error) {
 	if err == nil {
 		return input, data, nil
 	}
-	if !errors.Is(err, os.ErrNotExist) {
-		return "", nil, fmt.Errorf("config %s: %w", input, err)
-	}
+	// Not a readable file: a JSON object, or base64 of one. (A long JSON
+	// string fails as a path with "file name too long", not "not exist".)
 	trimmed := strings.TrimSpace(input)
 	if strings.HasPrefix(trimmed, "{") {
 		return "<string>", []byte(input), nil
@@ -52,6 +51,9 @@ func ReadInput(input string) (name string, data []byte, err error) {
 	}
 	if derr == nil && bytes.HasPrefix(bytes.TrimSpace(dec), []byte("{")) {
 		return "<base64>", dec, nil
+	}
+	if !errors.Is(err, os.ErrNotExist) {
+		return "", nil, fmt.Errorf("config %s: %w", abbreviate(input), err)
 	}
 	return "", nil, fmt.Errorf("config %s: no such file, and not a JSON object or DeepSpeed's urlsafe-base64 of one; give the path to your ds_config.json", abbreviate(input))
 }

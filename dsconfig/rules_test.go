@@ -408,7 +408,8 @@ func TestHFModeCreatesTrainerAdamW(t *testing.T) {
 }
 
 func TestInputs(t *testing.T) {
-	js := `{"train_micro_batch_size_per_gpu": 2, "zero_optimization": {"stage": 3}}`
+	// Longer than a file name may be (255 bytes): still a JSON string.
+	js := `{"train_micro_batch_size_per_gpu": 2, "zero_optimization": {"stage": 3}, "steps_per_print": 10` + strings.Repeat(" ", 300) + `}`
 	for name, in := range map[string]string{"json": js, "base64": base64.URLEncoding.EncodeToString([]byte(js))} {
 		p, err := Load(in, Options{WorldSize: 2})
 		if err != nil {
