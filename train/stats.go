@@ -13,27 +13,31 @@ import (
 // bits, both exact in float32 (counts below 2^48).
 type stats struct {
 	gas, world int
-	mine       []float32 // this rank's record: gas losses, then peaks
-	all        []float32 // every rank's, in rank order
+	cats       []mem.Category // mem.Categories(), listed once (it allocates)
+	mine       []float32      // this rank's record: gas losses, then peaks
+	all        []float32      // every rank's, in rank order
 }
-
-// The peaks in a record: one per category, then the total.
-var numPeaks = len(mem.Categories()) + 1
 
 func newStats(gas, world int) *stats {
-	n := gas + 2*numPeaks
-	return &stats{gas: gas, world: world, mine: make([]float32, n), all: make([]float32, n*world)}
+	s := &stats{gas: gas, world: world, cats: mem.Categories()}
+	n := gas + 2*s.numPeaks()
+	s.mine, s.all = make([]float32, n), make([]float32, n*world)
+	return s
 }
+
+// numPeaks is the number of peaks in a record: one per category, then the
+// total.
+func (s *stats) numPeaks() int { return len(s.cats) + 1 }
 
 // gather fills in this rank's peaks (its losses are in already) and
 // all-gathers every rank's record.
 func (s *stats) gather(ctx context.Context, c comm.Comm, a *mem.Accountant) error {
 	snap := a.Snapshot()
 	peaks := s.mine[s.gas:]
-	for i, cat := range mem.Categories() {
+	for i, cat := range s.cats {
 		putBytes(peaks[2*i:], snap.PeakBytes(mem.Device, cat))
 	}
-	putBytes(peaks[2*(numPeaks-1):], snap.PeakTotal[mem.Device])
+	putBytes(peaks[2*len(s.cats):], snap.PeakTotal[mem.Device])
 	return c.AllGather(ctx, comm.F32(s.all), comm.F32(s.mine)).Wait()
 }
 
@@ -58,11 +62,11 @@ func (s *stats) peaks() (rank0, most map[string]int64) {
 	rank0, most = map[string]int64{}, map[string]int64{}
 	for r := 0; r < s.world; r++ {
 		peaks := s.all[r*n+s.gas : (r+1)*n]
-		for i := 0; i < numPeaks; i++ {
+		for i := 0; i < s.numPeaks(); i++ {
 			v := getBytes(peaks[2*i:])
 			name := "total"
-			if i < numPeaks-1 {
-				name = mem.Categories()[i].String()
+			if i < len(s.cats) {
+				name = s.cats[i].String()
 			}
 			if v == 0 && name != "total" {
 				continue

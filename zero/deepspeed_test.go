@@ -63,7 +63,7 @@ func checkDeepSpeed(t *testing.T, ref ztest.DSResult, got ztest.Run, want []floa
 			t.Errorf("step %d: lr %g, DeepSpeed %g", s+1, got.Stats[s].LR, rs.LRUsed)
 		}
 	}
-	wabs, _ := weightDiff(got.Final, want)
+	wabs, _ := ztest.WeightDiff(got.Final, want)
 	t.Logf("vs DeepSpeed: micro-step losses max rel Δ %.2e, step losses %.2e, grad norms %.2e; final weights max |Δ| %.2e", micro, loss, norm, wabs)
 	if micro > 1e-5 || loss > 1e-5 || norm > 1e-5 {
 		t.Errorf("losses or gradient norms differ from DeepSpeed by more than 1e-5 relative")
@@ -116,7 +116,7 @@ func TestDeepSpeedParityMLPBF16(t *testing.T) {
 				loss = math.Max(loss, relErr(got.Losses[s], rs.Loss))
 				norm = math.Max(norm, relErr(got.Stats[s].GradNorm, rs.GradNorm))
 			}
-			wabs, _ := weightDiff(got.Final, want)
+			wabs, _ := ztest.WeightDiff(got.Final, want)
 			t.Logf("vs DeepSpeed bf16: step losses max rel Δ %.2e, grad norms %.2e; final weights max |Δ| %.2e", loss, norm, wabs)
 			if loss > 1e-3 {
 				t.Errorf("losses differ from DeepSpeed bf16 by %.2e relative", loss)

@@ -57,6 +57,7 @@ type Engine struct {
 
 	globalSteps  int64 // optimizer steps taken, skipped ones included
 	skippedSteps int64
+	betas        [2]float64 // the step's cycled momentum, where StepInput.Betas points
 }
 
 // StepStats describe one optimizer step.
@@ -237,8 +238,9 @@ func (e *Engine) Step() (StepStats, error) {
 	in := StepInput{LR: st.LR, LossScale: st.LossScale,
 		CheckOverflow: e.plan.Precision.DType == "fp16" || e.plan.Precision.DType == "bf16" && e.plan.Precision.BF16CheckGradOverflow}
 	if e.sched != nil {
-		if b, ok := e.sched.Betas(); ok {
-			in.Betas = &b
+		var ok bool
+		if e.betas, ok = e.sched.Betas(); ok {
+			in.Betas = &e.betas
 		}
 	}
 	res, err := e.strategy.Step(in)

@@ -2,6 +2,7 @@ package zero
 
 import (
 	"encoding/json"
+	"errors"
 	"math"
 	"os"
 	"strings"
@@ -235,7 +236,7 @@ func TestDeviceBudget(t *testing.T) {
 	acct.SetCapacity(mem.Device, int64(layout.Numel)*4*2)
 	_, err := NewEngine(mustPlan(t, harnessConfig), Options{Acct: acct, Layout: &layout, Init: make([]float32, layout.Numel)})
 	var oom *mem.OOMError
-	if err == nil || !asOOM(err, &oom) {
+	if err == nil || !errors.As(err, &oom) {
 		t.Fatalf("want an OOM error, got %v", err)
 	}
 	t.Log(err)

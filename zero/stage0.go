@@ -32,7 +32,8 @@ type Stage0 struct {
 	grads  []float32 // fp32 gradient accumulation
 
 	norms, scratch []float32
-	one            []float32 // the norm's all-reduce buffer
+	one            []float32     // the norm's all-reduce buffer
+	hs             []comm.Handle // the gradient all-reduce's handles, reused every step
 }
 
 var _ Strategy = (*Stage0)(nil)
@@ -117,7 +118,8 @@ func (s *Stage0) Step(in StepInput) (StepResult, error) {
 		defer clear(s.grads)
 	}
 	o.Average.Before(o.Pool, s.grads)
-	if err := zcore.AllReduce(o.Ctx, o.Comm, s.grads, o.BucketSize); err != nil {
+	var err error
+	if s.hs, err = zcore.AllReduce(o.Ctx, o.Comm, s.grads, o.BucketSize, s.hs); err != nil {
 		return StepResult{}, fmt.Errorf("stage 0: all-reduce of the gradients: %w", err)
 	}
 	o.Average.After(o.Pool, s.grads)
@@ -131,8 +133,9 @@ func (s *Stage0) Step(in StepInput) (StepResult, error) {
 	var factor float32
 	if in.LossScale == 1 {
 		// DeepSpeed's fp32 path (runtime/utils.py clip_grad_norm_): the
-		// ranks average their norms (all the same after the all-reduce),
-		// and the coefficient multiplies the gradients even when it is 1.
+		// ranks average their norms (all the same after the all-reduce).
+		// DeepSpeed multiplies the gradients by the coefficient even when
+		// it is 1; x·1 is x, so here that pass is skipped.
 		if o.Comm.Size() > 1 {
 			s.one[0] = optim.DSStage0Share(total, o.Comm.Size())
 			if err := o.Comm.AllReduce(o.Ctx, comm.F32(s.one), comm.Sum).Wait(); err != nil {
@@ -148,18 +151,13 @@ func (s *Stage0) Step(in StepInput) (StepResult, error) {
 		// The mixed-precision path unscales and clips in one multiply.
 		factor = optim.ZeroUnscaleFactor(total, in.LossScale, o.Clip)
 	}
-	if factor != 1 || o.Clip > 0 && in.LossScale == 1 {
+	if factor != 1 {
 		o.Pool.Scale(s.grads, factor)
 	}
 	if !in.CheckOverflow && (math.IsNaN(float64(total)) || math.IsInf(float64(total), 0)) {
 		return StepResult{}, fmt.Errorf("the gradient norm is %v: training diverged (lower the learning rate, or use bf16/fp32)", total)
 	}
-	s.opt.SetLR(in.LR)
-	if in.Betas != nil {
-		if bs, ok := s.opt.(optim.BetaSetter); ok {
-			bs.SetBetas(*in.Betas)
-		}
-	}
+	in.SetHyperparams(s.opt)
 	s.opt.Step(s.master, s.grads)
 	if o.Round != nil {
 		copy(s.work, s.master)

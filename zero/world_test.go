@@ -44,10 +44,6 @@ func runMLP(t *testing.T, js string, world, steps int, d ztest.MLPData) ztest.Ru
 	return r
 }
 
-// weightDiff is ztest.WeightDiff, by its old name for the DeepSpeed
-// comparisons.
-var weightDiff = ztest.WeightDiff
-
 // TestWorldParityMLP: stages 0, 1 and 2 on 1 to 4 in-process ranks train
 // the MLP like one rank of stage 0 on the same global batches (micro 2 ×
 // 2 accumulation steps × world, against micro 2 × 2·world on one rank):

@@ -132,12 +132,7 @@ func (s *Shard) Step(in StepInput, grad []float32) (StepResult, error) {
 	if f := optim.ZeroUnscaleFactor(total, in.LossScale, o.Clip); f != 1 {
 		o.Pool.Scale(grad, f)
 	}
-	s.opt.SetLR(in.LR)
-	if in.Betas != nil {
-		if bs, ok := s.opt.(optim.BetaSetter); ok {
-			bs.SetBetas(*in.Betas)
-		}
-	}
+	in.SetHyperparams(s.opt)
 	s.opt.Step(s.master, grad)
 	mine := s.work[s.Lo:s.Hi]
 	copy(mine, s.master)

@@ -20,6 +20,17 @@ type StepInput struct {
 	CheckOverflow bool
 }
 
+// SetHyperparams sets the step's lr on opt, and its betas when the
+// scheduler cycles momentum and opt has betas.
+func (in StepInput) SetHyperparams(opt optim.Optimizer) {
+	opt.SetLR(in.LR)
+	if in.Betas != nil {
+		if bs, ok := opt.(optim.BetaSetter); ok {
+			bs.SetBetas(*in.Betas)
+		}
+	}
+}
+
 // StepResult is what happened at a step.
 type StepResult struct {
 	GradNorm float64 // global gradient norm before clipping, unscaled (-1 on overflow)
@@ -103,14 +114,18 @@ func Chunks(n, size int, fn func(lo, hi int)) {
 }
 
 // AllReduce sums buf across c's ranks in calls of at most size elements
-// (queued together, then waited for), in place.
-func AllReduce(ctx context.Context, c comm.Comm, buf []float32, size int) error {
+// (queued together, then waited for), in place. hs is the caller's
+// scratch for the calls' handles: AllReduce returns it emptied, to be
+// passed again at the next step (no allocation per step).
+func AllReduce(ctx context.Context, c comm.Comm, buf []float32, size int, hs []comm.Handle) ([]comm.Handle, error) {
 	if c.Size() == 1 {
-		return nil
+		return hs, nil
 	}
-	var hs []comm.Handle
+	hs = hs[:0]
 	Chunks(len(buf), size, func(lo, hi int) {
 		hs = append(hs, c.AllReduce(ctx, comm.F32(buf[lo:hi]), comm.Sum))
 	})
-	return comm.WaitAll(hs...)
+	err := comm.WaitAll(hs...)
+	clear(hs)
+	return hs[:0], err
 }
