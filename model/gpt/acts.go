@@ -101,16 +101,16 @@ func (m *Model) ensureActs(B, T int) error {
 	if len(m.devBuf) < dev || len(m.savedBuf) < saved || cap(m.a.tokens) < B*T {
 		m.freeActs()
 		var err error
-		if m.devBuf, err = m.acct.F32(mem.Activations, mem.Device, dev); err != nil {
+		if m.devBuf, err = m.opt.Acct.F32(mem.Activations, mem.Device, dev); err != nil {
 			return fmt.Errorf("gpt: activations for B=%d T=%d: %w", B, T, err)
 		}
 		if saved > 0 {
-			if m.savedBuf, err = m.acct.F32(mem.Activations, mem.PinnedHost, saved); err != nil {
+			if m.savedBuf, err = m.opt.Acct.F32(mem.Activations, mem.PinnedHost, saved); err != nil {
 				m.freeActs()
 				return fmt.Errorf("gpt: checkpointed block inputs for B=%d T=%d: %w", B, T, err)
 			}
 		}
-		if err := m.acct.Reserve(mem.Activations, mem.Device, int64(8*B*T)); err != nil {
+		if err := m.opt.Acct.Reserve(mem.Activations, mem.Device, int64(8*B*T)); err != nil {
 			m.freeActs()
 			return fmt.Errorf("gpt: token buffers for B=%d T=%d: %w", B, T, err)
 		}
@@ -167,15 +167,15 @@ func (m *Model) carve(B, T int) {
 // freeActs returns every activation buffer to the accountant.
 func (m *Model) freeActs() {
 	if m.devBuf != nil {
-		m.acct.FreeF32(mem.Activations, mem.Device, m.devBuf)
+		m.opt.Acct.FreeF32(mem.Activations, mem.Device, m.devBuf)
 		m.devBuf = nil
 	}
 	if m.savedBuf != nil {
-		m.acct.FreeF32(mem.Activations, mem.PinnedHost, m.savedBuf)
+		m.opt.Acct.FreeF32(mem.Activations, mem.PinnedHost, m.savedBuf)
 		m.savedBuf = nil
 	}
 	if m.intBytes > 0 {
-		m.acct.Release(mem.Activations, mem.Device, m.intBytes)
+		m.opt.Acct.Release(mem.Activations, mem.Device, m.intBytes)
 		m.intBytes = 0
 	}
 	m.a = acts{}

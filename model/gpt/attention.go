@@ -13,18 +13,34 @@ import "math"
 // With Round the 16-bit tensors are s (after the scale), att, y and, in
 // backward, d(att), d(s) and dq, dk, dv.
 
+// attnShape is what the forward and backward jobs share: T, C and NH of
+// the pass and the 16-bit rounding.
+type attnShape struct {
+	T, C, NH int
+	round    func([]float32)
+}
+
+// dims returns the head size HS, the qkv row stride 3C and the score
+// scale 1/√HS.
+func (s *attnShape) dims() (HS, C3 int, scale float32) {
+	HS = s.C / s.NH
+	return HS, 3 * s.C, float32(1 / math.Sqrt(float64(HS)))
+}
+
+// attnShape is the shared part of both jobs for sequences of length T.
+func (m *Model) attnShape(T int) attnShape {
+	return attnShape{T: T, C: m.cfg.Dim, NH: m.cfg.Heads, round: m.opt.Round}
+}
+
 // attnJob is the forward over (b, h) pairs [lo, hi).
 type attnJob struct {
 	out, att, qkv []float32
-	B, T, C, NH   int
-	round         func([]float32)
+	attnShape
 }
 
 func (j *attnJob) runRange(lo, hi int) {
 	T, C, NH := j.T, j.C, j.NH
-	HS := C / NH
-	C3 := 3 * C
-	scale := float32(1 / math.Sqrt(float64(HS)))
+	HS, C3, scale := j.dims()
 	for bh := lo; bh < hi; bh++ {
 		b, h := bh/NH, bh%NH
 		base := b * T * C3
@@ -78,7 +94,7 @@ func (j *attnJob) runRange(lo, hi int) {
 
 // attentionForward fills out (B, T, C) and att (B, NH, T, T) from qkv.
 func (m *Model) attentionForward(out, att, qkv []float32, B, T int) {
-	m.jobs.attn = attnJob{out: out, att: att, qkv: qkv, B: B, T: T, C: m.cfg.Dim, NH: m.cfg.Heads, round: m.opt.Round}
+	m.jobs.attn = attnJob{out: out, att: att, qkv: qkv, attnShape: m.attnShape(T)}
 	m.pool.run(B*m.cfg.Heads, 1, &m.jobs.attn)
 	m.jobs.attn = attnJob{}
 }
@@ -90,15 +106,12 @@ func (m *Model) attentionForward(out, att, qkv []float32, B, T int) {
 //	dq   = ds · k                      dk = dsᵀ · q
 type attnBackJob struct {
 	dqkv, datt, dout, qkv, att []float32
-	B, T, C, NH                int
-	round                      func([]float32)
+	attnShape
 }
 
 func (j *attnBackJob) runRange(lo, hi int) {
 	T, C, NH := j.T, j.C, j.NH
-	HS := C / NH
-	C3 := 3 * C
-	scale := float32(1 / math.Sqrt(float64(HS)))
+	HS, C3, scale := j.dims()
 	for bh := lo; bh < hi; bh++ {
 		b, h := bh/NH, bh%NH
 		base := b * T * C3
@@ -167,7 +180,7 @@ func (j *attnBackJob) runRange(lo, hi int) {
 // attentionBackward writes dqkv (B, T, 3C) from dout (B, T, C), using
 // datt (B, NH, T, T) as scratch.
 func (m *Model) attentionBackward(dqkv, datt, dout, qkv, att []float32, B, T int) {
-	m.jobs.attnB = attnBackJob{dqkv: dqkv, datt: datt, dout: dout, qkv: qkv, att: att, B: B, T: T, C: m.cfg.Dim, NH: m.cfg.Heads, round: m.opt.Round}
+	m.jobs.attnB = attnBackJob{dqkv: dqkv, datt: datt, dout: dout, qkv: qkv, att: att, attnShape: m.attnShape(T)}
 	m.pool.run(B*m.cfg.Heads, 1, &m.jobs.attnB)
 	m.jobs.attnB = attnBackJob{}
 }

@@ -235,7 +235,7 @@ func (m *Model) matmulForward(out, inp, w, bias []float32, N, IC, OC int) {
 		}
 		beta = 1
 	}
-	m.gemm.Sgemm(false, true, N, OC, IC, 1, inp, IC, w, IC, beta, out, OC)
+	m.opt.Gemm.Sgemm(false, true, N, OC, IC, 1, inp, IC, w, IC, beta, out, OC)
 	m.round(out[:N*OC])
 }
 
@@ -244,10 +244,10 @@ func (m *Model) matmulForward(out, inp, w, bias []float32, N, IC, OC int) {
 // one GEMM with beta = 0, into the scratch or, after OverwriteGrads,
 // straight into dw.
 func (m *Model) matmulBackward(dinp, dw, dbias, dout, inp, w []float32, N, IC, OC int) {
-	m.gemm.Sgemm(false, false, N, IC, OC, 1, dout, OC, w, IC, 0, dinp, IC)
+	m.opt.Gemm.Sgemm(false, false, N, IC, OC, 1, dout, OC, w, IC, 0, dinp, IC)
 	m.round(dinp[:N*IC])
 	dst := m.gradOut(dw)
-	m.gemm.Sgemm(true, false, OC, IC, N, 1, dout, OC, inp, IC, 0, dst, IC)
+	m.opt.Gemm.Sgemm(true, false, OC, IC, N, 1, dout, OC, inp, IC, 0, dst, IC)
 	m.gradCommit(dw, dst)
 	if dbias != nil {
 		acc := m.colAcc[:OC]

@@ -56,8 +56,6 @@ type Model struct {
 	cfg    Config
 	layout model.Layout
 	opt    Options
-	gemm   model.Gemmer
-	acct   *mem.Accountant
 	pool   *pool
 
 	params, grads []float32 // bound flat buffers, layout.Numel each
@@ -104,7 +102,7 @@ func New(cfg Config, opt Options) (*Model, error) {
 	if len(errs) > 0 {
 		return nil, errors.Join(errs...)
 	}
-	m := &Model{cfg: cfg, layout: cfg.Layout(), opt: opt, gemm: opt.Gemm, acct: opt.Acct}
+	m := &Model{cfg: cfg, layout: cfg.Layout(), opt: opt}
 	if m.layout.Numel != cfg.NumParams() {
 		panic("gpt: layout and NumParams disagree")
 	}
@@ -115,7 +113,7 @@ func New(cfg Config, opt Options) (*Model, error) {
 		largest = max(largest, s.Numel)
 	}
 	var err error
-	if m.pg, err = m.acct.F32(mem.Temp, mem.Device, largest); err != nil {
+	if m.pg, err = m.opt.Acct.F32(mem.Temp, mem.Device, largest); err != nil {
 		return nil, fmt.Errorf("gpt: gradient scratch: %w", err)
 	}
 	w := opt.Workers
@@ -194,7 +192,7 @@ func (m *Model) Grads() []float32  { return m.grads }
 func (m *Model) Close() {
 	m.freeActs()
 	if m.pg != nil {
-		m.acct.FreeF32(mem.Temp, mem.Device, m.pg)
+		m.opt.Acct.FreeF32(mem.Temp, mem.Device, m.pg)
 		m.pg = nil
 	}
 	if m.pool != nil {

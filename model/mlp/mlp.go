@@ -94,8 +94,8 @@ type Model struct {
 	params, grads []float32
 	layers        []layer
 
-	// Activations of the last Forward, for its B.
-	B      int
+	// Activations of the last Forward, for its batch size.
+	batch  int
 	buf    []float32   // accounted activations
 	x      []float32   // (B, In) the input (rounded with Round)
 	h      [][]float32 // per layer (B, out): post-ReLU outputs; the last is the model output
@@ -216,13 +216,13 @@ func (m *Model) freeActs() {
 		m.opt.Acct.FreeF32(mem.Activations, mem.Device, m.buf)
 		m.buf = nil
 	}
-	m.B = 0
+	m.batch = 0
 }
 
 // ensureActs carves the activations of batch B, allocating only when the
 // held buffer is too small.
 func (m *Model) ensureActs(B int) error {
-	if m.B == B {
+	if m.batch == B {
 		return nil
 	}
 	sizes := m.cfg.Sizes
@@ -244,7 +244,7 @@ func (m *Model) ensureActs(B int) error {
 		off += k
 		return s
 	}
-	m.B = B
+	m.batch = B
 	m.x = take(B * sizes[0])
 	m.h, m.dh = make([][]float32, len(sizes)-1), make([][]float32, len(sizes)-1)
 	for i, s := range sizes[1:] {
@@ -314,7 +314,7 @@ func (m *Model) Forward(x []float32, B int, y []float32) (float32, error) {
 
 // Output is the (B, Out) output of the last Forward.
 func (m *Model) Output() []float32 {
-	if m.B == 0 {
+	if m.batch == 0 {
 		return nil
 	}
 	return m.h[len(m.h)-1]
@@ -335,7 +335,7 @@ func (m *Model) Backward(dlossScale float32) error {
 	m.ready = false
 	m.overwriting, m.overwriteNext = m.overwriteNext, false
 	defer func() { m.overwriting = false }()
-	B, last := m.B, len(m.layers)-1
+	B, last := m.batch, len(m.layers)-1
 	// d(out) = ((out - y) · 2/n) · dlossScale, PyTorch's mse_loss_backward.
 	norm := float32(2 / float64(len(m.diff)))
 	dout := m.dh[last]
@@ -398,7 +398,7 @@ func (m *Model) linearBackward(dinp, dw, db, dout, inp, w []float32, N, IC, OC i
 	}
 	g := m.gradOut(dw)
 	m.opt.Gemm.Sgemm(true, false, OC, IC, N, 1, dout, OC, inp, IC, 0, g, IC)
-	m.commit(dw, g)
+	m.gradCommit(dw, g)
 	acc := m.colAcc[:OC]
 	clear(acc)
 	for r := range N {
@@ -410,7 +410,7 @@ func (m *Model) linearBackward(dinp, dw, db, dout, inp, w []float32, N, IC, OC i
 	for j, s := range acc {
 		g[j] = float32(s)
 	}
-	m.commit(db, g)
+	m.gradCommit(db, g)
 }
 
 // gradOut is where a parameter gradient of this Backward is computed: the
@@ -422,9 +422,9 @@ func (m *Model) gradOut(grad []float32) []float32 {
 	return m.pg[:len(grad)]
 }
 
-// commit rounds a fresh parameter gradient (with Round) and, unless it
-// was computed in place, adds it.
-func (m *Model) commit(grad, fresh []float32) {
+// gradCommit rounds a fresh parameter gradient (with Round) and, unless
+// it was computed in place, adds it.
+func (m *Model) gradCommit(grad, fresh []float32) {
 	m.round(fresh)
 	if m.overwriting {
 		return

@@ -396,15 +396,29 @@ func TestWeightsRoundTripAndAccounting(t *testing.T) {
 	if got, want := acct.Snapshot().LiveBytes(mem.Device, mem.Activations), int64(4*4*(16+2*(64+64+8)+8)); got != want {
 		t.Errorf("activations %d bytes, want %d", got, want)
 	}
-	if n := testing.AllocsPerRun(5, func() {
-		m.Forward(xb, 4, yb)
-		m.Backward(1)
-	}); n != 0 {
-		t.Errorf("%v allocations per step", n)
-	}
 	m.Close()
 	if s := acct.Snapshot(); s.LiveTotal[mem.Device] != 0 {
 		t.Errorf("%d bytes live after Close", s.LiveTotal[mem.Device])
+	}
+}
+
+func TestNoAllocationsAfterWarmup(t *testing.T) {
+	cfg, params, x, y := harness(t)
+	xb, yb := microBatch(x, y, 0, 0, 0)
+	for _, round := range []func([]float32){nil, half.RoundBF16} {
+		m := newTestModel(t, cfg, Options{Round: round}, params)
+		step := func() {
+			if _, err := m.Forward(xb, 4, yb); err != nil {
+				t.Fatal(err)
+			}
+			if err := m.Backward(1); err != nil {
+				t.Fatal(err)
+			}
+		}
+		step()
+		if n := testing.AllocsPerRun(5, step); n != 0 {
+			t.Errorf("round %v: %v allocations per step after warm-up", round != nil, n)
+		}
 	}
 }
 
