@@ -20,6 +20,8 @@ import (
 	"fmt"
 	"os"
 	"strings"
+
+	"github.com/dszero/dszero/internal/splitmix"
 )
 
 //go:embed tinyshakespeare.txt
@@ -132,15 +134,10 @@ func (ld *Loader) Position(steps int) int64 {
 // not matter.
 func Random(vocab, n int, seed uint64) *Corpus {
 	c := &Corpus{Name: fmt.Sprintf("random tokens (vocab %d, seed %d)", vocab, seed), Vocab: vocab, ids: make([]int32, n)}
-	x := seed*0x9e3779b97f4a7c15 + 1
+	x := seed*splitmix.Golden + 1
 	for i := range c.ids {
-		// splitmix64
-		x += 0x9e3779b97f4a7c15
-		z := x
-		z = (z ^ z>>30) * 0xbf58476d1ce4e5b9
-		z = (z ^ z>>27) * 0x94d049bb133111eb
-		z ^= z >> 31
-		c.ids[i] = int32(z % uint64(vocab))
+		x += splitmix.Golden
+		c.ids[i] = int32(splitmix.Mix(x) % uint64(vocab))
 	}
 	return c
 }

@@ -5,6 +5,8 @@ import (
 	"math"
 	"runtime"
 	"sync"
+
+	"github.com/dszero/dszero/internal/splitmix"
 )
 
 // Counter-based random initialisation.
@@ -18,14 +20,9 @@ import (
 // The values differ from torch.randn (PyTorch's Philox/MT streams are not
 // reproduced); runs that must match PyTorch load the reference weights.
 
-const golden = 0x9e3779b97f4a7c15 // splitmix64's increment, 2^64/φ
+const golden = splitmix.Golden
 
-// mix64 is splitmix64's output function (Stafford's mix13 variant).
-func mix64(z uint64) uint64 {
-	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9
-	z = (z ^ (z >> 27)) * 0x94d049bb133111eb
-	return z ^ (z >> 31)
-}
+func mix64(z uint64) uint64 { return splitmix.Mix(z) }
 
 // uniformAt is a uniform in the open interval (0, 1) for counter n.
 func uniformAt(key, n uint64) float64 {
