@@ -18,10 +18,11 @@ const (
 	Activations                  // activations saved for backward
 	Comm                         // communication buffers (buckets, gathered parameters)
 	Temp                         // short-lived temporaries
+	Gathered                     // ZeRO-3 parameters gathered in full (units in use, persistent parameters)
 	numCategories
 )
 
-var categoryNames = [...]string{"params16", "master_params", "grads", "optim_state", "activations", "comm", "temp"}
+var categoryNames = [...]string{"params16", "master_params", "grads", "optim_state", "activations", "comm", "temp", "gathered"}
 
 func (c Category) String() string {
 	if c < 0 || c >= numCategories {

@@ -82,8 +82,12 @@ type Config struct {
 	// Timeout bounds every collective (0: inproc.DefaultTimeout).
 	Timeout time.Duration
 	// Warn receives the engine's warnings (zero.CheckPlan), once (with
-	// Comm, on rank 0 only).
+	// Comm, on rank 0 only), and stage 3's trace warnings (rank 0's).
 	Warn func(msg string)
+	// KeepAfterForward and WrapMinNumParams are FSDP's
+	// reshard_after_forward false and size-based wrapping at stage 3.
+	KeepAfterForward bool
+	WrapMinNumParams int
 }
 
 // Record is what one optimizer step did (one line of --json-log).
@@ -129,14 +133,10 @@ func Run(cfg Config, onStep func(Record) error) ([]float32, error) {
 	if cfg.Init != nil && len(cfg.Init) != cfg.Model.WithDefaults().Layout().Numel {
 		return nil, fmt.Errorf("initial weights have %d elements, the model %d", len(cfg.Init), cfg.Model.WithDefaults().Layout().Numel)
 	}
-	warns, err := zero.CheckPlan(p) // once, before the ranks start
-	if err != nil {
+	// Refuse once, before the ranks start; rank 0's engine reports the
+	// warnings.
+	if _, err := zero.CheckPlan(p); err != nil {
 		return nil, err
-	}
-	if cfg.Warn != nil && (cfg.Comm == nil || cfg.Comm.Rank() == 0) {
-		for _, w := range warns {
-			cfg.Warn(w)
-		}
 	}
 	if cfg.Workers == 0 {
 		cfg.Workers = max(1, runtime.GOMAXPROCS(0)/local)
@@ -146,7 +146,7 @@ func Run(cfg Config, onStep func(Record) error) ([]float32, error) {
 		return r.run(onStep)
 	}
 	var final []float32
-	err = inproc.New(world, inproc.Options{Timeout: cfg.Timeout}).Run(func(c comm.Comm) error {
+	err := inproc.New(world, inproc.Options{Timeout: cfg.Timeout}).Run(func(c comm.Comm) error {
 		r := &rank{cfg: &cfg, c: c, dev: cfg.Devices[c.Rank()]}
 		params, err := r.run(onStep)
 		if c.Rank() == 0 {
@@ -203,9 +203,14 @@ func (r *rank) run(onStep func(Record) error) ([]float32, error) {
 	cfg, p, c := r.cfg, r.cfg.Plan, r.c
 	ctx := context.Background()
 	layout := cfg.Model.WithDefaults().Layout()
-	opts := zero.Options{Acct: r.dev.Acct, Layout: &layout, Init: cfg.Init, Workers: cfg.Workers, Version: cfg.Version, Comm: c, Ctx: ctx}
+	opts := zero.Options{Acct: r.dev.Acct, Layout: &layout, Init: cfg.Init, Workers: cfg.Workers, Version: cfg.Version, Comm: c, Ctx: ctx,
+		KeepAfterForward: cfg.KeepAfterForward, WrapMinNumParams: cfg.WrapMinNumParams}
+	if cfg.Warn != nil && c.Rank() == 0 {
+		opts.Warn = cfg.Warn
+	}
 	if cfg.Init == nil {
-		opts.InitFunc = func(full []float32) { layout.InitRange(cfg.Seed, full, 0) }
+		// Each stage draws what it holds: stage 3 only its partitions.
+		opts.InitRange = func(dst []float32, lo int) { layout.InitRange(cfg.Seed, dst, lo) }
 	}
 	eng, err := zero.NewEngine(p, opts)
 	if err != nil {

@@ -23,8 +23,9 @@ func TestDeepSpeedParityMLP(t *testing.T) {
 	finals := map[string]string{
 		"plain_dsclip": mlpRef + "plain_dsclip_final_fp32.safetensors",
 		"":             "testdata/mlp_z2_fp32_final_fp32.safetensors",
+		"z2_fp32":      "testdata/mlp_z2_fp32_final_fp32.safetensors",
 	}
-	for stage := 0; stage <= 2; stage++ {
+	for stage := 0; stage <= 3; stage++ {
 		t.Run(fmt.Sprintf("z%d_fp32", stage), func(t *testing.T) {
 			ref, err := ztest.ReadDSResult(fmt.Sprintf("testdata/mlp_z%d_fp32_result.json", stage))
 			if err != nil {

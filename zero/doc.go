@@ -17,7 +17,8 @@
 // boundaries (model.UnitHooks) and at the step. NewEngine picks one from
 // plan.Zero.Stage, in one switch: ZeRO stage 0 is Stage0 (this package),
 // stage 1 is stage1.Strategy (optimizer state partitioned), stage 2 is
-// stage2.Strategy (gradients partitioned too); stage 3 is refused by name.
+// stage2.Strategy (gradients partitioned too), stage 3 is stage3.Strategy
+// (parameters partitioned too, gathered per unit).
 // Stages are implementations of one interface, never flags inside one;
 // what they share (the step's contract, gradient averaging, the
 // partitioned optimizer of stages 1 and 2) is in internal/zcore.

@@ -13,6 +13,7 @@ import (
 	"github.com/dszero/dszero/model"
 	"github.com/dszero/dszero/stage1"
 	"github.com/dszero/dszero/stage2"
+	"github.com/dszero/dszero/stage3"
 	"github.com/dszero/dszero/zero/lossscale"
 	"github.com/dszero/dszero/zero/lrsched"
 	"github.com/dszero/dszero/zero/optim"
@@ -41,8 +42,18 @@ type Options struct {
 	// context.Background() (the communicator's own timeout still holds).
 	Ctx context.Context
 	// Warn, when set, receives the engine's warnings: settings it accepts
-	// but runs differently from DeepSpeed (each names the setting).
+	// but runs differently from DeepSpeed (each names the setting), and
+	// stage 3's trace warnings.
 	Warn func(msg string)
+	// InitRange, instead of Init or InitFunc, writes elements
+	// [lo, lo+len(dst)) of the initial parameters: stage 3 initializes
+	// only the rank's partitions with it.
+	InitRange func(dst []float32, lo int)
+	// KeepAfterForward and WrapMinNumParams are FSDP's
+	// reshard_after_forward false and size-based wrap policy at stage 3
+	// (a ds_config has neither; see stage3.Config).
+	KeepAfterForward bool
+	WrapMinNumParams int
 }
 
 // Engine is one rank's training state: strategy, optimizer, scheduler and
@@ -105,6 +116,7 @@ func NewEngine(plan dsconfig.Plan, o Options) (*Engine, error) {
 		Round: e.Round(), Clip: plan.GradientClipping, Average: averaging(plan),
 		BucketSize: int(plan.Zero.ReduceBucketSize), Overlap: plan.Zero.OverlapComm, Pool: e.pool,
 		NewOptimizer: func(n int) (optim.Optimizer, error) { return newOptimizer(plan, n, alloc, e.pool) }}
+	so.InitRange = o.InitRange
 	// The one place a stage is chosen; CheckPlan has refused the rest.
 	switch plan.Zero.Stage {
 	case 0:
@@ -113,6 +125,8 @@ func NewEngine(plan dsconfig.Plan, o Options) (*Engine, error) {
 		e.strategy, err = stage1.New(so)
 	case 2:
 		e.strategy, err = stage2.New(so)
+	case 3:
+		e.strategy, err = stage3.New(so, stage3Config(plan, o))
 	}
 	if err != nil {
 		e.pool.Close()
@@ -121,10 +135,25 @@ func NewEngine(plan dsconfig.Plan, o Options) (*Engine, error) {
 	return e, nil
 }
 
+// stage3Config is stage 3's part of the plan (and of FSDP's knobs).
+func stage3Config(plan dsconfig.Plan, o Options) stage3.Config {
+	z := plan.Zero
+	c := stage3.Config{
+		PrefetchBucketSize: int(z.PrefetchBucketSize), MaxLiveParameters: int(z.MaxLiveParameters),
+		MaxReuseDistance: int(z.MaxReuseDistance), ParamPersistenceThreshold: z.ParamPersistenceThreshold,
+		ModelPersistenceThreshold: z.ModelPersistenceThreshold, SubGroupSize: int(z.SubGroupSize),
+		KeepAfterForward: o.KeepAfterForward, Wrap: stage3.WrapPolicy{MinNumParams: o.WrapMinNumParams}, Warn: o.Warn,
+	}
+	if !plan.PrescaleGradients {
+		c.PredivideFactor = plan.GradientPredivideFactor
+	}
+	return c
+}
+
 // averaging is the plan's gradient averaging (see zcore.Averaging):
 // ZeRO-1/2's own with reduce_scatter, the engine's otherwise.
 func averaging(plan dsconfig.Plan) zcore.Averaging {
-	if plan.Zero.Stage >= 1 && plan.Zero.ReduceScatter {
+	if plan.Zero.Stage == 3 || plan.Zero.Stage >= 1 && plan.Zero.ReduceScatter {
 		return zcore.ZeroAveraging(plan.WorldSize)
 	}
 	return zcore.EngineAveraging(plan.WorldSize, plan.PrescaleGradients, plan.GradientPredivideFactor)
@@ -151,8 +180,8 @@ func CheckPlan(plan dsconfig.Plan) (warns []string, err error) {
 	z, world := plan.Zero, plan.WorldSize
 	var errs []error
 	refuse := func(format string, a ...any) { errs = append(errs, fmt.Errorf(format, a...)) }
-	if z.Stage == 3 {
-		refuse("zero_optimization.stage 3: ZeRO stage 3 is not implemented yet; use stage 0, 1 or 2")
+	if z.Stage == 3 && z.OffloadParam.Device != dsconfig.OffloadNone {
+		refuse("zero_optimization.offload_param.device %q: parameter offload is not implemented yet; remove offload_param", z.OffloadParam.Device)
 	}
 	if z.Stage >= 1 && z.OffloadOptimizer.Device != dsconfig.OffloadNone {
 		refuse("zero_optimization.offload_optimizer.device %q: optimizer offload is not implemented yet; remove offload_optimizer", z.OffloadOptimizer.Device)

@@ -25,7 +25,7 @@ func TestCheckPlan(t *testing.T) {
 		err   string // refused, naming this
 		warn  string // accepted with a warning naming this
 	}{
-		{`{` + opt + `, "zero_optimization": {"stage": 3}}`, 1, "stage 3", ""},
+		{`{` + opt + `, "zero_optimization": {"stage": 3, "offload_param": {"device": "cpu"}}}`, 1, "offload_param", ""},
 		{`{` + opt + `, "zero_optimization": {"stage": 2, "round_robin_gradients": true}}`, 2, "round_robin_gradients", ""},
 		{`{` + opt + `, "zero_optimization": {"stage": 1, "offload_optimizer": {"device": "cpu"}}}`, 1, "offload_optimizer", ""},
 		{`{` + opt + `, "communication_data_type": "bf16"}`, 2, "communication_data_type", ""},
@@ -78,7 +78,7 @@ func TestWorldSizeMismatch(t *testing.T) {
 // rank 0 skip that step too, at every stage and world size.
 func TestFP16OverflowAgreement(t *testing.T) {
 	d := loadMLP(t)
-	for stage := 0; stage <= 2; stage++ {
+	for stage := 0; stage <= 3; stage++ {
 		for _, world := range []int{2, 3} {
 			t.Run(fmt.Sprintf("stage%d/world%d", stage, world), func(t *testing.T) {
 				js := fmt.Sprintf(`{"train_micro_batch_size_per_gpu": 2, "gradient_accumulation_steps": 2,

@@ -5,6 +5,7 @@ import (
 	"github.com/dszero/dszero/model"
 	"github.com/dszero/dszero/stage1"
 	"github.com/dszero/dszero/stage2"
+	"github.com/dszero/dszero/stage3"
 	"github.com/dszero/dszero/zero/optim"
 )
 
@@ -13,9 +14,11 @@ import (
 var (
 	_ Strategy      = (*stage1.Strategy)(nil)
 	_ Strategy      = (*stage2.Strategy)(nil)
+	_ Strategy      = (*stage3.Strategy)(nil)
 	_ withOptimizer = (*Stage0)(nil)
 	_ withOptimizer = (*stage1.Strategy)(nil)
 	_ withOptimizer = (*stage2.Strategy)(nil)
+	_ withOptimizer = (*stage3.Strategy)(nil)
 )
 
 type withOptimizer interface{ Optimizer() optim.Optimizer }

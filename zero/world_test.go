@@ -60,7 +60,7 @@ func TestWorldParityMLP(t *testing.T) {
 	for _, clip := range []float64{1.0, 0.05} {
 		for world := 1; world <= 4; world++ {
 			base := runMLP(t, clipJSON(clip, 0, 2, 2*world, 500000000, false), 1, steps, d)
-			for stage := 0; stage <= 2; stage++ {
+			for stage := 0; stage <= 3; stage++ {
 				t.Run(fmt.Sprintf("clip%g/stage%d/world%d", clip, stage, world), func(t *testing.T) {
 					got := runMLP(t, clipJSON(clip, stage, 2, 2, 1000, stage == 2 && world%2 == 0), world, steps, d)
 					lrel := ztest.MaxRel(got.Losses, base.Losses)

@@ -79,6 +79,12 @@ type Inject func(rank, step, micro, unit int, grads []float32)
 // G = B·GAS·world: the harness's layout for its 2-rank runs, and the same
 // global batches for any split of G.
 func RunMLP(plan dsconfig.Plan, steps int, v zero.Version, d MLPData, inject Inject) (Run, error) {
+	return RunMLPWith(plan, steps, v, d, inject, nil)
+}
+
+// RunMLPWith is RunMLP with the engine options of each rank adjusted by
+// tweak (nil: none), for the knobs a plan does not carry.
+func RunMLPWith(plan dsconfig.Plan, steps int, v zero.Version, d MLPData, inject Inject, tweak func(*zero.Options)) (Run, error) {
 	world := plan.WorldSize
 	B, gas := int(plan.Batch.TrainMicroBatchSizePerGPU), int(plan.Batch.GradientAccumulationSteps)
 	G := B * gas * world
@@ -101,6 +107,9 @@ func RunMLP(plan dsconfig.Plan, steps int, v zero.Version, d MLPData, inject Inj
 		opts := zero.Options{Acct: acct, Layout: &d.Layout, Init: d.Init, Workers: 1, Version: v, Comm: c, Ctx: context.Background()}
 		if r == 0 {
 			opts.Warn = func(w string) { run.Warns = append(run.Warns, w) }
+		}
+		if tweak != nil {
+			tweak(&opts)
 		}
 		eng, err := zero.NewEngine(plan, opts)
 		if err != nil {

@@ -1,0 +1,66 @@
+// Package stage3 is ZeRO stage 3: parameters, gradients and optimizer
+// state all partitioned, as DeepSpeed's DeepSpeedZeroOptimizer_Stage3 and
+// its partitioned-parameter coordinator run it (FSDP's FULL_SHARD, or
+// SHARD_GRAD_OP with KeepAfterForward).
+//
+// Partitioning (package partition, Stage3Layout). Every parameter is
+// partitioned on its own: each of N ranks holds ceil(numel/N) of its
+// elements, the last ranks' tails padded with zeros. A rank's partitions,
+// concatenated in parameter order, form its rank-local flat buffer, cut
+// into sub-groups of about sub_group_size elements, each stepped on its
+// own. What a rank holds (Ψ parameters; P ≈ Ψ/N plus padding):
+//
+//	parameter partitions   P, training precision        mem.Params16
+//	fp32 master partitions P                            mem.MasterParams
+//	gradient partitions    P, fp32                      mem.Grads
+//	optimizer state        P per state tensor (Adam 2)  mem.OptimState
+//	gathered parameters    the units in use, prefetched mem.Gathered
+//	                       or kept, and the persistent
+//	                       parameters
+//	live gradients, staging the units in backward and  mem.Comm
+//	                       the collectives in flight
+//
+// so with Adam in fp32 (4+4+4+8)·P bytes of model states: (2+2+K)Ψ/N in
+// DeepSpeed's mixed-precision notation. The ranks are initialized
+// partition by partition (zcore.Options.InitRange): no rank ever holds the
+// whole model, as with DeepSpeed's zero.Init.
+//
+// Units. The model calls its unit hooks (model.UnitHooks); a wrap policy
+// (WrapPolicy) groups its units into the groups that are gathered and
+// released together. Before a group's first unit runs, its parameters are
+// all-gathered into the full-length parameter buffer the model binds (a
+// zcore.Pages: resident only where gathered); after its last unit they
+// are released — unless FSDP's reshard_after_forward false keeps them
+// from forward to backward, or the trace says they are needed again within
+// stage3_max_reuse_distance elements. Parameters of at most
+// stage3_param_persistence_threshold elements (in total at most
+// stage3_model_persistence_threshold) stay gathered for the whole run and
+// are all-gathered again after each step.
+//
+// Prefetch. The first pass (forward and backward of one micro-step)
+// records the order in which the groups are needed; once every rank has
+// recorded the same order it is the trace. In later passes each time a
+// group is needed, the gathers of the next groups of the trace are issued
+// ahead, up to stage3_prefetch_bucket_size elements and while the
+// gathered elements stay within stage3_max_live_parameters. A pass that
+// departs from the trace turns prefetch off with a warning naming the
+// step and the unit, and fetches on demand; the next pass records a new
+// trace.
+//
+// Gradients. As in stage 2 the model writes a unit's gradients into a
+// full-length buffer resident only where gradients are live; once a
+// unit's gradients are complete (its AfterBackward and those of the units
+// that borrow it), they are packed rank by rank, each parameter's share
+// zero-padded to its partition size (reduce_scatter_coalesced), divided
+// by N and reduce-scattered; each rank adds its share to its gradient
+// partitions. With overlap_comm the reduce-scatter runs while backward
+// continues.
+//
+// The step, per DeepSpeedZeroOptimizer_Stage3.step: the overflow check
+// (fp16); per sub-group the float64 norms of its parameters' gradient
+// partitions, squared and summed, all-reduced in float64, rooted; the
+// global norm over the sub-groups; each sub-group's gradients unscaled and
+// clipped (optim.Zero3UnscaleFactor), its optimizer step, its 16-bit
+// partitions copied from the master; then the persistent parameters are
+// gathered again.
+package stage3

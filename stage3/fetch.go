@@ -1,0 +1,423 @@
+package stage3
+
+import (
+	"fmt"
+	"hash/fnv"
+
+	"github.com/dszero/dszero/comm"
+	"github.com/dszero/dszero/mem"
+)
+
+// fetcher owns the gathered parameters: which groups are gathered, the
+// all-gathers in flight, the trace of the order in which a pass needs
+// the groups, and prefetch by that trace.
+type fetcher struct {
+	s *Strategy
+
+	state  []gstate
+	live   int // gathered elements of non-persistent parameters (mem.Gathered)
+	flying int // elements of gathers in flight
+
+	persistent []int // parameters that stay gathered
+
+	// The trace: the groups in the order a pass needs them (forward and
+	// backward, borrowed groups included). trace is complete once one
+	// pass has recorded it and every rank agreed; rec is the pass being
+	// recorded; pos is how far the current pass has followed trace.
+	trace    []int
+	complete bool
+	rec      []int
+	pos      int
+	inPass   bool
+	passes   int // passes since the run began
+	inFwd    bool
+
+	staging [][]float32 // spare staging buffers (mem.Comm while in use)
+}
+
+type gstate struct {
+	gathered bool    // the group's values in s.full are current
+	flight   *flight // its all-gather in flight
+	holds    int     // hooks between Before and After that use it
+}
+
+// flight is one group's all-gather in flight: every rank's partitions of
+// the group's parameters, rank after rank, into staging.
+type flight struct {
+	g       int
+	staging []float32
+	h       comm.Handle
+}
+
+func (f *fetcher) init(s *Strategy) {
+	f.s = s
+	f.state = make([]gstate, len(s.groups))
+	for i, p := range s.persist {
+		if p {
+			f.persistent = append(f.persistent, i)
+		}
+	}
+}
+
+// groupRange is the group's range in the rank-local flat buffer.
+func (f *fetcher) groupRange(g int) (lo, n int) {
+	s := f.s
+	gr := &s.groups[g]
+	lo = s.lay.Offsets[gr.First]
+	return lo, s.lay.Offsets[gr.Last] + s.lay.PartitionSizes[gr.Last] - lo
+}
+
+// gatherable is the group's elements that a gather makes live.
+func (f *fetcher) gatherable(g int) int { return f.s.groups[g].Numel - f.s.groups[g].Persistent }
+
+func (f *fetcher) getStaging(n int) ([]float32, error) {
+	if err := f.s.o.Acct.Reserve(mem.Comm, mem.Device, 4*int64(n)); err != nil {
+		return nil, err
+	}
+	for i, b := range f.staging {
+		if cap(b) >= n {
+			f.staging[i] = f.staging[len(f.staging)-1]
+			f.staging = f.staging[:len(f.staging)-1]
+			return b[:n], nil
+		}
+	}
+	return make([]float32, n), nil
+}
+
+func (f *fetcher) putStaging(b []float32) {
+	f.s.o.Acct.Release(mem.Comm, mem.Device, 4*int64(len(b)))
+	if len(f.staging) < 4 {
+		f.staging = append(f.staging, b)
+	}
+}
+
+// issue starts group g's all-gather.
+func (f *fetcher) issue(g int) error {
+	s := f.s
+	st := &f.state[g]
+	if st.gathered || st.flight != nil {
+		return nil
+	}
+	n := f.gatherable(g)
+	if err := s.o.Acct.Reserve(mem.Gathered, mem.Device, 4*int64(n)); err != nil {
+		return fmt.Errorf("stage 3: gathering unit %q (%d elements): %w", s.groups[g].Name, s.groups[g].Numel, err)
+	}
+	lo, ln := f.groupRange(g)
+	buf, err := f.getStaging(s.world * ln)
+	if err != nil {
+		s.o.Acct.Release(mem.Gathered, mem.Device, 4*int64(n))
+		return fmt.Errorf("stage 3: gathering unit %q: %w", s.groups[g].Name, err)
+	}
+	mine := buf[s.rank*ln : (s.rank+1)*ln]
+	copy(mine, s.work[lo:lo+ln])
+	st.flight = &flight{g: g, staging: buf, h: s.o.Comm.AllGather(s.o.Ctx, comm.F32(buf), comm.F32(mine))}
+	f.live += n
+	f.flying += n
+	return nil
+}
+
+// land waits for group g's all-gather and unpacks it into s.full.
+func (f *fetcher) land(g int) error {
+	s := f.s
+	st := &f.state[g]
+	fl := st.flight
+	st.flight = nil
+	f.flying -= f.gatherable(g)
+	err := fl.h.Wait()
+	if err == nil {
+		gr := &s.groups[g]
+		lo, ln := f.groupRange(g)
+		s.unpack(s.full.F32(), fl.staging, ln, lo, gr.First, gr.Last)
+		st.gathered = true
+	} else {
+		f.live -= f.gatherable(g)
+		s.o.Acct.Release(mem.Gathered, mem.Device, 4*int64(f.gatherable(g)))
+		err = fmt.Errorf("stage 3: all-gather of unit %q: %w", s.groups[g].Name, err)
+	}
+	f.putStaging(fl.staging)
+	return err
+}
+
+// unpack copies params first..last from staging — every rank's partitions
+// of them, rank after rank, each rank's run ln long and starting at
+// rank-local offset base — into their places in the full buffer dst.
+func (s *Strategy) unpack(dst, staging []float32, ln, base, first, last int) {
+	for r := range s.world {
+		run := staging[r*ln : (r+1)*ln]
+		for i := first; i <= last; i++ {
+			lo, hi, _ := s.lay.Owned(i, r)
+			if lo == hi {
+				continue
+			}
+			off := s.lay.Offsets[i] - base
+			sp := &s.l.Specs[i]
+			copy(dst[sp.Offset+lo:sp.Offset+hi], run[off:off+hi-lo])
+		}
+	}
+}
+
+// gatherUnit all-gathers model unit u's partitions of src (a rank-local
+// flat buffer) into the full buffer dst, at once.
+func (f *fetcher) gatherUnit(dst, src []float32, u int) error {
+	s := f.s
+	un := &s.l.Units[u]
+	lo, ln := s.unitLo[u], s.unitLen[u]
+	buf, err := f.getStaging(s.world * ln)
+	if err != nil {
+		return err
+	}
+	defer f.putStaging(buf)
+	mine := buf[s.rank*ln : (s.rank+1)*ln]
+	copy(mine, src[lo:lo+ln])
+	if err := s.o.Comm.AllGather(s.o.Ctx, comm.F32(buf), comm.F32(mine)).Wait(); err != nil {
+		return err
+	}
+	s.unpack(dst, buf, ln, lo, un.First, un.Last)
+	return nil
+}
+
+// gatherPersistent all-gathers every persistent parameter into s.full
+// (after initialization and after each step), in one call.
+func (f *fetcher) gatherPersistent() error {
+	s := f.s
+	if len(f.persistent) == 0 {
+		return nil
+	}
+	n := 0
+	for _, i := range f.persistent {
+		n += s.lay.PartitionSizes[i]
+	}
+	buf, err := f.getStaging(s.world * n)
+	if err != nil {
+		return fmt.Errorf("stage 3: gathering the persistent parameters: %w", err)
+	}
+	defer f.putStaging(buf)
+	mine := buf[s.rank*n : (s.rank+1)*n]
+	k := 0
+	for _, i := range f.persistent {
+		k += copy(mine[k:], s.work[s.lay.Offsets[i]:s.lay.Offsets[i]+s.lay.PartitionSizes[i]])
+	}
+	if err := s.o.Comm.AllGather(s.o.Ctx, comm.F32(buf), comm.F32(mine)).Wait(); err != nil {
+		return fmt.Errorf("stage 3: all-gather of the persistent parameters: %w", err)
+	}
+	full := s.full.F32()
+	for r := range s.world {
+		k := r * n
+		for _, i := range f.persistent {
+			lo, hi, _ := s.lay.Owned(i, r)
+			sp := &s.l.Specs[i]
+			copy(full[sp.Offset+lo:sp.Offset+hi], buf[k:k+hi-lo])
+			k += s.lay.PartitionSizes[i]
+		}
+	}
+	return nil
+}
+
+// release hands group g's non-persistent parameters back.
+func (f *fetcher) release(g int) {
+	s := f.s
+	st := &f.state[g]
+	if !st.gathered {
+		return
+	}
+	st.gathered = false
+	gr := &s.groups[g]
+	n := f.gatherable(g)
+	if n == 0 {
+		return
+	}
+	// Release maximal runs of non-persistent parameters.
+	lo := -1
+	for i := gr.First; i <= gr.Last+1; i++ {
+		if i <= gr.Last && !s.persist[i] {
+			if lo < 0 {
+				lo = s.l.Specs[i].Offset
+			}
+			continue
+		}
+		if lo >= 0 {
+			s.full.Release(lo, s.l.Specs[i-1].Offset+s.l.Specs[i-1].Numel)
+			lo = -1
+		}
+	}
+	f.live -= n
+	s.o.Acct.Release(mem.Gathered, mem.Device, 4*int64(n))
+}
+
+// begin starts a pass (the first hook of a forward).
+func (f *fetcher) begin() {
+	f.inPass = true
+	f.pos = 0
+	f.rec = f.rec[:0]
+}
+
+// need makes group g gathered for a hook: it follows (or records) the
+// trace, waits for or issues g's gather, and prefetches what the trace
+// says comes next.
+func (f *fetcher) need(g int) error {
+	s := f.s
+	if !f.inPass {
+		f.begin()
+	}
+	f.rec = append(f.rec, g)
+	if f.complete {
+		if f.pos < len(f.trace) && f.trace[f.pos] == g {
+			f.pos++
+		} else {
+			want := "the end of the pass"
+			if f.pos < len(f.trace) {
+				want = fmt.Sprintf("unit %q", s.groups[f.trace[f.pos]].Name)
+			}
+			f.invalidate(fmt.Sprintf("stage 3: step %d: unit %q was needed where the trace recorded in an earlier pass has %s; prefetch is off until a new trace is recorded (fetching on demand)",
+				s.steps+1, s.groups[g].Name, want))
+		}
+	}
+	st := &f.state[g]
+	if !st.gathered {
+		if st.flight == nil {
+			if err := f.issue(g); err != nil {
+				return err
+			}
+		}
+		if err := f.land(g); err != nil {
+			return err
+		}
+	}
+	st.holds++
+	if f.complete {
+		return f.prefetch()
+	}
+	return nil
+}
+
+// prefetch issues the gathers of the groups the trace needs next, up to
+// stage3_prefetch_bucket_size elements, as long as the gathered elements
+// stay within stage3_max_live_parameters (partitioned_param_coordinator
+// fetch_sub_module).
+func (f *fetcher) prefetch() error {
+	c := &f.s.c
+	budget := min(c.PrefetchBucketSize, c.MaxLiveParameters-f.live)
+	if budget <= 0 || f.flying >= budget {
+		return nil
+	}
+	n := f.flying
+	for j := f.pos; j < len(f.trace) && n < budget; j++ {
+		h := f.trace[j]
+		st := &f.state[h]
+		if st.gathered || st.flight != nil {
+			continue
+		}
+		if err := f.issue(h); err != nil {
+			return err
+		}
+		n += f.gatherable(h)
+	}
+	return nil
+}
+
+// done is the end of a hook that held group g: it is released unless the
+// pass keeps it (KeepAfterForward in forward) or the trace says it is
+// needed again within stage3_max_reuse_distance elements.
+func (f *fetcher) done(g int) {
+	st := &f.state[g]
+	st.holds--
+	if st.holds > 0 {
+		return
+	}
+	if f.inFwd && f.s.c.KeepAfterForward {
+		return
+	}
+	if f.complete && f.reusedSoon(g) {
+		return
+	}
+	f.release(g)
+}
+
+// reusedSoon: group g appears again in the rest of the trace before more
+// than MaxReuseDistance elements of other groups are needed.
+func (f *fetcher) reusedSoon(g int) bool {
+	dist := 0
+	for j := f.pos; j < len(f.trace); j++ {
+		h := f.trace[j]
+		if h == g {
+			return true
+		}
+		dist += f.gatherable(h)
+		if dist > f.s.c.MaxReuseDistance {
+			return false
+		}
+	}
+	return false
+}
+
+// end finishes a pass (after the last hook of a backward): every
+// non-persistent group is released, prefetches that were not used are
+// dropped, and a recorded trace is checked across the ranks.
+func (f *fetcher) end() error {
+	var first error
+	for g := range f.state {
+		if f.state[g].flight != nil {
+			if err := f.land(g); err != nil && first == nil {
+				first = err
+			}
+		}
+		f.state[g].holds = 0
+		f.release(g)
+	}
+	f.inPass = false
+	f.passes++
+	if first != nil {
+		return first
+	}
+	if !f.complete && f.s.c.PrefetchBucketSize > 0 || !f.complete && f.s.c.MaxReuseDistance > 0 {
+		return f.adopt()
+	}
+	return nil
+}
+
+// adopt makes the pass just recorded the trace, once every rank has
+// recorded the same one (a collective: every rank ends its pass here).
+func (f *fetcher) adopt() error {
+	s := f.s
+	h := fnv.New64a()
+	for _, g := range f.rec {
+		h.Write([]byte{byte(g), byte(g >> 8), byte(g >> 16), 0xff})
+	}
+	sum := h.Sum64()
+	mine := []uint16{uint16(sum), uint16(sum >> 16), uint16(sum >> 32), uint16(sum >> 48), uint16(len(f.rec))}
+	all := make([]uint16, s.world*len(mine))
+	if err := s.o.Comm.AllGather(s.o.Ctx, comm.BF16(all), comm.BF16(mine)).Wait(); err != nil {
+		return fmt.Errorf("stage 3: comparing the ranks' unit traces: %w", err)
+	}
+	for r := range s.world {
+		for w := range mine {
+			if all[r*len(mine)+w] != mine[w] {
+				return fmt.Errorf("stage 3: rank %d ran its units in a different order from rank %d in step %d: every rank must run the same modules in the same order", r, s.rank, s.steps+1)
+			}
+		}
+	}
+	f.trace = append(f.trace[:0], f.rec...)
+	f.complete = true
+	return nil
+}
+
+func (f *fetcher) invalidate(msg string) {
+	f.complete = false
+	if w := f.s.c.Warn; w != nil {
+		w(msg)
+	}
+}
+
+// close waits for gathers in flight and releases every gathered group.
+func (f *fetcher) close() {
+	if f.s == nil {
+		return
+	}
+	for g := range f.state {
+		if f.state[g].flight != nil {
+			f.land(g)
+		}
+		f.release(g)
+	}
+	f.staging = nil
+}

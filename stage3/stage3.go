@@ -1,0 +1,392 @@
+package stage3
+
+import (
+	"errors"
+	"fmt"
+	"math"
+
+	"github.com/dszero/dszero/comm"
+	"github.com/dszero/dszero/internal/zcore"
+	"github.com/dszero/dszero/mem"
+	"github.com/dszero/dszero/model"
+	"github.com/dszero/dszero/zero/lossscale"
+	"github.com/dszero/dszero/zero/optim"
+	"github.com/dszero/dszero/zero/partition"
+)
+
+// Config are stage 3's own knobs, from zero_optimization (and the FSDP
+// dialect). Sizes are in elements.
+type Config struct {
+	// PrefetchBucketSize is stage3_prefetch_bucket_size: how many elements
+	// of upcoming units are all-gathered ahead of use; 0 disables prefetch.
+	PrefetchBucketSize int
+	// MaxLiveParameters is stage3_max_live_parameters: prefetch stops when
+	// the gathered elements would exceed it (it never blocks a unit that is
+	// needed now).
+	MaxLiveParameters int
+	// MaxReuseDistance is stage3_max_reuse_distance: a unit whose next use
+	// comes within this many gathered elements is kept instead of released.
+	MaxReuseDistance int
+	// ParamPersistenceThreshold and ModelPersistenceThreshold are
+	// stage3_param_persistence_threshold / stage3_model_persistence_threshold
+	// (see Persistent).
+	ParamPersistenceThreshold int64
+	ModelPersistenceThreshold int64
+	// SubGroupSize is sub_group_size: the rank's partitions are stepped in
+	// sub-groups of about this many elements (partition.SubGroups).
+	SubGroupSize int
+	// KeepAfterForward is FSDP's reshard_after_forward false
+	// (SHARD_GRAD_OP): a unit gathered for forward stays gathered until its
+	// backward. DeepSpeed and FULL_SHARD release it after forward.
+	KeepAfterForward bool
+	// Wrap groups the model's units into gathered units.
+	Wrap WrapPolicy
+	// PredivideFactor is gradient_predivide_factor with postscale (DeepSpeed
+	// stage 3 divides the gradients by it before the reduce-scatter and
+	// multiplies by it after, unless it equals the world size); 0 or 1:
+	// none.
+	PredivideFactor float64
+	// Warn receives a warning when a step's unit order departs from the
+	// recorded trace (prefetch then falls back to fetching on demand).
+	Warn func(msg string)
+}
+
+// Strategy is ZeRO stage 3 on one rank (see the package doc).
+type Strategy struct {
+	o   zcore.Options
+	c   Config
+	lay partition.Stage3Layout
+	l   *model.Layout
+
+	rank, world int
+	groups      []Group
+	groupOf     []int  // model unit → group
+	persist     []bool // per parameter
+	unitLo      []int  // model unit → start of its partitions in the rank-local flat buffer
+	unitLen     []int  // model unit → length of its partitions there
+
+	work   []float32 // rank-local partitions in the training precision (mem.Params16)
+	master []float32 // rank-local fp32 master partitions (mem.MasterParams)
+	grad   []float32 // rank-local averaged gradient partitions (mem.Grads)
+	opts   []optim.Optimizer
+
+	full  *zcore.Pages // the parameters the model binds; resident where gathered
+	grads *zcore.Pages // the gradients the model binds; resident where live
+
+	f fetcher
+	r reducer
+
+	steps        int   // optimizer steps taken
+	persistBytes int64 // the persistent parameters, always gathered (mem.Gathered)
+
+	norms, scratch []float64
+	sums           []float64 // per sub-group Σ norm², all-reduced
+	flag           []float32
+}
+
+// New allocates the rank's partitions — initialized partition by
+// partition, never the whole model — and gathers the persistent
+// parameters (a collective: every rank calls it).
+func New(o zcore.Options, c Config) (_ *Strategy, err error) {
+	if err := o.Check("stage 3"); err != nil {
+		return nil, err
+	}
+	if c.PrefetchBucketSize < 0 || c.MaxLiveParameters < 0 || c.MaxReuseDistance < 0 || c.SubGroupSize < 0 {
+		return nil, fmt.Errorf("stage 3: negative sizes in %+v", c)
+	}
+	s := &Strategy{o: o, c: c, l: o.Layout, rank: o.Comm.Rank(), world: o.Comm.Size()}
+	defer func() {
+		if err != nil {
+			s.Close()
+		}
+	}()
+	ps := make([]partition.Param, len(s.l.Specs))
+	for i, sp := range s.l.Specs {
+		ps[i] = partition.Param{Name: sp.Name, Numel: sp.Numel}
+	}
+	s.lay = partition.Stage3(ps, s.world, c.SubGroupSize)
+	s.groups = Groups(s.l, c.Wrap)
+	s.persist = Persistent(s.l, c.ParamPersistenceThreshold, c.ModelPersistenceThreshold)
+	s.groupOf = make([]int, len(s.l.Units))
+	for g := range s.groups {
+		for _, u := range s.groups[g].Units {
+			s.groupOf[u] = g
+		}
+		for i := s.groups[g].First; i <= s.groups[g].Last; i++ {
+			if s.persist[i] {
+				s.groups[g].Persistent += s.l.Specs[i].Numel
+			}
+		}
+	}
+	s.unitLo = make([]int, len(s.l.Units))
+	s.unitLen = make([]int, len(s.l.Units))
+	for u, un := range s.l.Units {
+		s.unitLo[u] = s.lay.Offsets[un.First]
+		s.unitLen[u] = s.lay.Offsets[un.Last] + s.lay.PartitionSizes[un.Last] - s.unitLo[u]
+	}
+
+	n := s.lay.RankNumel
+	if s.work, err = o.Acct.F32(mem.Params16, mem.Device, n); err != nil {
+		return nil, fmt.Errorf("stage 3: parameter partitions (%d elements): %w", n, err)
+	}
+	if err := s.initPartitions(); err != nil {
+		return nil, err
+	}
+	if o.Round != nil {
+		o.Round(s.work)
+	}
+	if s.master, err = o.Acct.F32(mem.MasterParams, mem.Device, n); err != nil {
+		return nil, fmt.Errorf("stage 3: fp32 master partitions (%d elements): %w", n, err)
+	}
+	copy(s.master, s.work)
+	if s.grad, err = o.Acct.F32(mem.Grads, mem.Device, n); err != nil {
+		return nil, fmt.Errorf("stage 3: gradient partitions (%d elements): %w", n, err)
+	}
+	for g := range s.lay.SubGroups {
+		opt, err := o.NewOptimizer(s.lay.SubGroupNumel(g))
+		if err != nil {
+			return nil, err
+		}
+		s.opts = append(s.opts, opt)
+	}
+	if s.full, err = zcore.NewPages(s.l.Numel); err != nil {
+		return nil, fmt.Errorf("stage 3: gathered parameter buffer: %w", err)
+	}
+	if s.grads, err = zcore.NewPages(s.l.Numel); err != nil {
+		return nil, fmt.Errorf("stage 3: gradient buffer: %w", err)
+	}
+	s.f.init(s)
+	s.r.init(s)
+	for _, gr := range s.groups {
+		s.persistBytes += 4 * int64(gr.Persistent)
+	}
+	if err := o.Acct.Reserve(mem.Gathered, mem.Device, s.persistBytes); err != nil {
+		s.persistBytes = 0
+		return nil, fmt.Errorf("stage 3: persistent parameters: %w", err)
+	}
+	s.norms = make([]float64, len(s.l.Specs))
+	s.scratch = make([]float64, len(s.l.Specs))
+	s.sums = make([]float64, len(s.lay.SubGroups))
+	s.flag = make([]float32, 1)
+	if err := s.f.gatherPersistent(); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// initPartitions writes the rank's partitions of the initial parameters
+// into work: from InitRange element range by element range, or from the
+// full Init. Only InitFunc, which writes a whole model, needs a temporary
+// full buffer (accounted as mem.Temp).
+func (s *Strategy) initPartitions() error {
+	o := &s.o
+	src := o.Init
+	if o.InitRange == nil && src == nil {
+		full, err := o.Acct.F32(mem.Temp, mem.Device, s.l.Numel)
+		if err != nil {
+			return fmt.Errorf("stage 3: initializing the parameters: %w", err)
+		}
+		defer o.Acct.FreeF32(mem.Temp, mem.Device, full)
+		o.InitFunc(full)
+		src = full
+	}
+	for i, sp := range s.l.Specs {
+		lo, hi, _ := s.lay.Owned(i, s.rank)
+		dst := s.work[s.lay.Offsets[i] : s.lay.Offsets[i]+hi-lo]
+		if src != nil {
+			copy(dst, src[sp.Offset+lo:sp.Offset+hi])
+		} else {
+			o.InitRange(dst, sp.Offset+lo)
+		}
+	}
+	return nil
+}
+
+// Layout is the rank-local layout of the partitions.
+func (s *Strategy) Layout() partition.Stage3Layout { return s.lay }
+
+// Groups are the gathered units, with their persistent elements.
+func (s *Strategy) Groups() []Group { return s.groups }
+
+// ModelBuffers are the full-length parameter and gradient buffers the
+// model binds; each is resident only where a unit is gathered or its
+// gradients are live.
+func (s *Strategy) ModelBuffers() ([]float32, []float32) { return s.full.F32(), s.grads.F32() }
+
+// MasterParams is the rank's fp32 master partitions, every parameter's
+// partition in order with its padding (partition.Stage3Layout); the offset
+// is 0: a stage 3 partition is not one range of the flat buffer.
+func (s *Strategy) MasterParams() (int, []float32) { return 0, s.master }
+
+// Optimizer is the optimizer of the first sub-group (all of them share
+// their hyperparameters); Optimizers lists every sub-group's.
+func (s *Strategy) Optimizer() optim.Optimizer { return s.opts[0] }
+
+// Optimizers are the sub-groups' optimizers, in order.
+func (s *Strategy) Optimizers() []optim.Optimizer { return s.opts }
+
+// Step takes the optimizer step, sub-group by sub-group, with the
+// gradients reduce-scattered since the last step, as
+// DeepSpeedZeroOptimizer_Stage3.step does (a collective).
+func (s *Strategy) Step(in zcore.StepInput) (zcore.StepResult, error) {
+	switch {
+	case s.r.inBackward:
+		return zcore.StepResult{}, errors.New("stage 3: step in the middle of a backward pass")
+	case s.r.backwards == 0:
+		return zcore.StepResult{}, errors.New("stage 3: no complete backward pass since the last step: the model must call the engine's unit hooks (bind it with Hooks: engine.Strategy())")
+	}
+	s.r.backwards = 0
+	s.steps++
+	defer clear(s.grad)
+	res, err := s.step(in)
+	if err != nil {
+		return res, fmt.Errorf("stage 3: %w", err)
+	}
+	return res, nil
+}
+
+func (s *Strategy) step(in zcore.StepInput) (zcore.StepResult, error) {
+	o := &s.o
+	if in.CheckOverflow {
+		s.flag[0] = 0
+		if lossscale.HasInfOrNaN(s.grad) {
+			s.flag[0] = 1
+		}
+		if err := o.Comm.AllReduce(o.Ctx, comm.F32(s.flag), comm.Sum).Wait(); err != nil {
+			return zcore.StepResult{}, fmt.Errorf("all-reduce of the overflow flag: %w", err)
+		}
+		if s.flag[0] != 0 {
+			return zcore.StepResult{GradNorm: -1, Overflow: true}, nil
+		}
+	}
+	// _get_norm_groups: per sub-group, the float64 norms of its
+	// parameters' gradient partitions (padding included), squared and
+	// summed, all-reduced, rooted.
+	for g, ids := range s.lay.SubGroups {
+		norms := s.norms[:len(ids)]
+		for k, i := range ids {
+			off := s.lay.Offsets[i]
+			norms[k] = optim.Norm2F64(s.grad[off : off+s.lay.PartitionSizes[i]])
+		}
+		s.sums[g] = optim.Zero3LocalSumSq(norms, s.scratch)
+	}
+	if err := allReduceF64(o, s.sums); err != nil {
+		return zcore.StepResult{}, fmt.Errorf("all-reduce of the gradient norm: %w", err)
+	}
+	// scaled_global_grad_norm = torch.linalg.norm(torch.stack(norm_groups))
+	var total float64
+	for _, sum := range s.sums {
+		ng := optim.Zero3Norm(sum)
+		total += ng * ng
+	}
+	total = math.Sqrt(total)
+	for _, sum := range s.sums {
+		if optim.Zero3Norm(sum) < 0 {
+			total = math.Inf(1)
+		}
+	}
+	if math.IsInf(total, 0) || math.IsNaN(total) {
+		if !in.CheckOverflow {
+			return zcore.StepResult{}, errors.New("the gradient norm is not finite: training diverged (lower the learning rate, or use bf16/fp32)")
+		}
+	}
+	factor := optim.Zero3UnscaleFactor(total, in.LossScale, o.Clip)
+	for g := range s.lay.SubGroups {
+		lo, n := s.lay.SubGroupOffset(g), s.lay.SubGroupNumel(g)
+		grad, master := s.grad[lo:lo+n], s.master[lo:lo+n]
+		o.Pool.Scale(grad, factor)
+		in.SetHyperparams(s.opts[g])
+		s.opts[g].Step(master, grad)
+		work := s.work[lo : lo+n]
+		copy(work, master)
+		if o.Round != nil {
+			o.Round(work)
+		}
+	}
+	// _post_step: the persistent parameters are gathered again.
+	if err := s.f.gatherPersistent(); err != nil {
+		return zcore.StepResult{}, err
+	}
+	return zcore.StepResult{GradNorm: total / in.LossScale}, nil
+}
+
+// allReduceF64 sums xs over the ranks in float64, in rank order: the
+// float64 bit patterns are all-gathered (as 16-bit words, a pure copy) and
+// added here, as the all_reduce of DeepSpeed's float64 norm tensor does.
+func allReduceF64(o *zcore.Options, xs []float64) error {
+	world := o.Comm.Size()
+	if world == 1 {
+		return nil
+	}
+	mine := make([]uint16, 4*len(xs))
+	for i, x := range xs {
+		b := math.Float64bits(x)
+		for w := range 4 {
+			mine[4*i+w] = uint16(b >> (16 * w))
+		}
+	}
+	all := make([]uint16, world*len(mine))
+	if err := o.Comm.AllGather(o.Ctx, comm.BF16(all), comm.BF16(mine)).Wait(); err != nil {
+		return err
+	}
+	for i := range xs {
+		var sum float64
+		for r := range world {
+			var b uint64
+			for w := range 4 {
+				b |= uint64(all[r*len(mine)+4*i+w]) << (16 * w)
+			}
+			if r == 0 {
+				sum = math.Float64frombits(b)
+			} else {
+				sum += math.Float64frombits(b)
+			}
+		}
+		xs[i] = sum
+	}
+	return nil
+}
+
+// GatherMaster writes the full fp32 master parameters into dst, unit by
+// unit (a collective).
+func (s *Strategy) GatherMaster(dst []float32) error {
+	if len(dst) != s.l.Numel {
+		return fmt.Errorf("stage 3: GatherMaster into %d elements for a model of %d", len(dst), s.l.Numel)
+	}
+	for u := range s.l.Units {
+		if err := s.f.gatherUnit(dst, s.master, u); err != nil {
+			return fmt.Errorf("stage 3: gathering the fp32 master parameters of unit %q: %w", s.l.Units[u].Name, err)
+		}
+	}
+	return nil
+}
+
+// Close returns every buffer to the accountant; collectives still in
+// flight (after a failed pass) are waited for first.
+func (s *Strategy) Close() {
+	s.r.close()
+	s.f.close()
+	for _, opt := range s.opts {
+		opt.Free()
+	}
+	s.opts = nil
+	for _, b := range []struct {
+		c mem.Category
+		p *[]float32
+	}{{mem.Params16, &s.work}, {mem.MasterParams, &s.master}, {mem.Grads, &s.grad}} {
+		if *b.p != nil {
+			s.o.Acct.FreeF32(b.c, mem.Device, *b.p)
+			*b.p = nil
+		}
+	}
+	s.o.Acct.Release(mem.Gathered, mem.Device, s.persistBytes)
+	s.persistBytes = 0
+	if s.full != nil {
+		s.full.Close()
+		s.full = nil
+	}
+	if s.grads != nil {
+		s.grads.Close()
+		s.grads = nil
+	}
+}

@@ -1,0 +1,175 @@
+package stage3_test
+
+import (
+	"fmt"
+	"math"
+	"slices"
+	"testing"
+
+	"github.com/dszero/dszero/internal/ztest"
+	"github.com/dszero/dszero/mem"
+	"github.com/dszero/dszero/zero"
+	"github.com/dszero/dszero/zero/lrsched"
+)
+
+const mlpRef = "../model/mlp/testdata/"
+
+// knobs are the stage 3 settings a variant changes.
+type knobs struct {
+	name                   string
+	persist, prefetch      int64
+	maxLive, reuse, subGrp int64
+	overlap                bool
+	keep                   bool // reshard_after_forward false
+	minNum                 int  // size-based wrap
+}
+
+func (k knobs) json(stage, micro, gas int) string {
+	return fmt.Sprintf(`{
+  "train_micro_batch_size_per_gpu": %d, "gradient_accumulation_steps": %d, "gradient_clipping": 1.0,
+  "optimizer": {"type": "AdamW", "params": {"torch_adam": true, "lr": 1e-3, "betas": [0.9, 0.999], "eps": 1e-8, "weight_decay": 0.01}},
+  "scheduler": {"type": "WarmupDecayLR", "params": {"total_num_steps": 10, "warmup_min_lr": 1e-4, "warmup_max_lr": 1e-3, "warmup_num_steps": 3, "warmup_type": "linear"}},
+  "zero_optimization": {"stage": %d, "overlap_comm": %v, "reduce_bucket_size": 1000,
+    "stage3_param_persistence_threshold": %d, "stage3_prefetch_bucket_size": %d,
+    "stage3_max_live_parameters": %d, "stage3_max_reuse_distance": %d, "sub_group_size": %d}
+}`, micro, gas, stage, k.overlap, k.persist, k.prefetch, k.maxLive, k.reuse, k.subGrp)
+}
+
+// defaults are DeepSpeed's stage 3 defaults (every MLP parameter is
+// persistent under them).
+var defaults = knobs{name: "defaults", persist: 100000, prefetch: 50000000, maxLive: 1000000000, reuse: 1000000000, subGrp: 1000000000}
+
+// variants gather every unit (persistence 0 or small) in every way.
+func variants() []knobs {
+	v := func(name string, f func(*knobs)) knobs {
+		k := defaults
+		k.name = name
+		f(&k)
+		return k
+	}
+	return []knobs{
+		defaults,
+		v("on-demand", func(k *knobs) { k.persist, k.prefetch, k.reuse = 0, 0, 0 }),
+		v("prefetch", func(k *knobs) { k.persist, k.prefetch, k.reuse = 0, 1000, 0 }),
+		v("prefetch-live-cap", func(k *knobs) { k.persist, k.prefetch, k.maxLive, k.reuse = 0, 100000, 1500, 0 }),
+		v("reuse", func(k *knobs) { k.persist, k.prefetch = 0, 0 }),
+		v("prefetch-reuse-overlap", func(k *knobs) { k.persist, k.overlap = 0, true }),
+		v("some-persistent", func(k *knobs) { k.persist, k.prefetch, k.reuse = 100, 1000, 0 }),
+		v("keep-after-forward", func(k *knobs) { k.persist, k.reuse, k.keep = 0, 0, true }),
+		v("size-wrap", func(k *knobs) { k.persist, k.prefetch, k.reuse, k.minNum = 0, 2000, 0, 2000 }),
+		v("sub-groups", func(k *knobs) { k.persist, k.prefetch, k.reuse, k.subGrp = 0, 1000, 0, 1000 }),
+	}
+}
+
+func run(t *testing.T, d ztest.MLPData, js string, world int, k knobs) ztest.Run {
+	t.Helper()
+	plan, err := ztest.Plan(js, world)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := ztest.RunMLPWith(plan, 4, lrsched.DeepSpeed0195, d, nil, func(o *zero.Options) {
+		o.KeepAfterForward, o.WrapMinNumParams = k.keep, k.minNum
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+// TestVariantsEqualStage2: every way of gathering (on demand, prefetch
+// with and without a live cap, reuse, persistence, reshard_after_forward
+// false, size-based wrapping, several sub-groups, overlap) on 1 to 4 ranks
+// gives bit-identical losses and weights, and they are stage 2's: the
+// gathered values are the partitions' values, the gradient sums are the
+// same rank-order sums, and with gradient_clipping 1.0 (never reached
+// here) the norm's different float64 arithmetic changes no factor.
+func TestVariantsEqualStage2(t *testing.T) {
+	d := ztest.MustLoadMLP(t, mlpRef)
+	for world := 1; world <= 4; world++ {
+		base := run(t, d, defaults.json(2, 2, 2), world, defaults)
+		for _, k := range variants() {
+			t.Run(fmt.Sprintf("world%d/%s", world, k.name), func(t *testing.T) {
+				got := run(t, d, k.json(3, 2, 2), world, k)
+				if !slices.Equal(got.Losses, base.Losses) {
+					t.Errorf("losses %v, stage 2 %v", got.Losses, base.Losses)
+				}
+				if abs, _ := ztest.WeightDiff(got.Final, base.Final); abs != 0 || !slices.Equal(got.Final, base.Final) {
+					t.Errorf("final weights differ from stage 2's by up to %.2e", abs)
+				}
+				for i := range got.Stats {
+					if rel := math.Abs(got.Stats[i].GradNorm-base.Stats[i].GradNorm) / base.Stats[i].GradNorm; rel > 1e-7 { // stage 2 rounds its norm to float32
+						t.Errorf("step %d: grad norm %v, stage 2 %v", i+1, got.Stats[i].GradNorm, base.Stats[i].GradNorm)
+					}
+				}
+				if len(got.Warns) > 0 {
+					t.Errorf("warnings: %q", got.Warns)
+				}
+			})
+		}
+	}
+}
+
+// TestModelStates: a rank's model states are the ZeRO-3 formula — with
+// Adam in fp32, 4 (params) + 4 (master) + 4 (grads) + 8 (moments) bytes
+// per element of the rank's partitions — and the partitions are
+// ceil(numel/N) per parameter, so the bytes scale as 1/N plus padding.
+func TestModelStates(t *testing.T) {
+	d := ztest.MustLoadMLP(t, mlpRef)
+	psi := int64(d.Layout.Numel)
+	for world := 1; world <= 4; world++ {
+		k := variants()[1]
+		r := run(t, d, k.json(3, 2, 2), world, k)
+		var part int64
+		for _, sp := range d.Layout.Specs {
+			part += int64((sp.Numel + world - 1) / world)
+		}
+		for rank, a := range r.Accts {
+			s := a.Snapshot()
+			got := map[mem.Category]int64{}
+			want := map[mem.Category]int64{mem.Params16: 4 * part, mem.MasterParams: 4 * part, mem.Grads: 4 * part, mem.OptimState: 8 * part}
+			for c := range want {
+				got[c] = s.PeakBytes(mem.Device, c)
+			}
+			for c, w := range want {
+				if got[c] != w {
+					t.Errorf("world %d rank %d: %v peak %d bytes, want %d", world, rank, c, got[c], w)
+				}
+			}
+			total := 20 * part
+			formula := 20 * psi / int64(world)
+			t.Logf("world %d rank %d: model states %d bytes, formula (4+4+4+8)Ψ/N = %d (padding %d)", world, rank, total, formula, total-formula)
+			if pad := total - formula; pad < 0 || pad >= 20*int64(len(d.Layout.Specs)) {
+				t.Errorf("world %d: padding %d bytes is more than one element per parameter", world, pad)
+			}
+		}
+	}
+}
+
+// TestGatheredPeak: without reuse, the gathered parameters never exceed
+// the largest unit plus the prefetch bucket (plus the unit being landed)
+// plus the persistent parameters, and with prefetch 0 the largest unit
+// needed at once (a unit and the units it borrows).
+func TestGatheredPeak(t *testing.T) {
+	d := ztest.MustLoadMLP(t, mlpRef)
+	largest := 0
+	for _, u := range d.Layout.Units {
+		largest = max(largest, u.Numel)
+	}
+	for _, k := range variants()[1:4] {
+		t.Run(k.name, func(t *testing.T) {
+			r := run(t, d, k.json(3, 2, 2), 2, k)
+			peak := r.Accts[0].Snapshot().PeakBytes(mem.Device, mem.Gathered) / 4
+			bound := int64(largest) + k.prefetch + int64(largest)
+			if k.prefetch == 0 {
+				bound = int64(largest)
+			}
+			t.Logf("peak gathered %d elements (largest unit %d, prefetch bucket %d)", peak, largest, k.prefetch)
+			if peak > bound || peak < int64(largest) {
+				t.Errorf("peak gathered %d elements, want within [%d, %d]", peak, largest, bound)
+			}
+			if live := r.Accts[0].Snapshot().LiveBytes(mem.Device, mem.Gathered); live != 0 {
+				t.Errorf("%d bytes still gathered after the run", live)
+			}
+		})
+	}
+}
