@@ -33,6 +33,7 @@ type fetcher struct {
 	inFwd    bool
 
 	staging [][]float32 // spare staging buffers (mem.Comm while in use)
+	spare   []*flight   // landed flights, reused
 }
 
 type gstate struct {
@@ -41,12 +42,19 @@ type gstate struct {
 	holds    int     // hooks between Before and After that use it
 }
 
-// flight is one group's all-gather in flight: every rank's partitions of
-// the group's parameters, rank after rank, into staging.
+// flight is one group's all-gather in flight: one collective per
+// non-persistent parameter. A parameter that splits evenly is gathered in
+// place, straight into its range of the full buffer (the rank's share is
+// chunk Rank() of it); one that needs padding goes through a staging
+// buffer, unpacked on landing.
 type flight struct {
-	g       int
+	hs     []comm.Handle
+	staged []staged
+}
+
+type staged struct {
+	param   int
 	staging []float32
-	h       comm.Handle
 }
 
 func (f *fetcher) init(s *Strategy) {
@@ -70,28 +78,34 @@ func (f *fetcher) groupRange(g int) (lo, n int) {
 // gatherable is the group's elements that a gather makes live.
 func (f *fetcher) gatherable(g int) int { return f.s.groups[g].Numel - f.s.groups[g].Persistent }
 
+// getStaging returns a buffer of n elements, accounted as mem.Comm while
+// in use. Spare buffers are kept for reuse (a pass needs the same sizes
+// again), so that gathers and reductions make no garbage.
 func (f *fetcher) getStaging(n int) ([]float32, error) {
 	if err := f.s.o.Acct.Reserve(mem.Comm, mem.Device, 4*int64(n)); err != nil {
 		return nil, err
 	}
+	best := -1
 	for i, b := range f.staging {
-		if cap(b) >= n {
-			f.staging[i] = f.staging[len(f.staging)-1]
-			f.staging = f.staging[:len(f.staging)-1]
-			return b[:n], nil
+		if cap(b) >= n && (best < 0 || cap(b) < cap(f.staging[best])) {
+			best = i
 		}
 	}
-	return make([]float32, n), nil
+	if best < 0 {
+		return make([]float32, n), nil
+	}
+	b := f.staging[best]
+	f.staging[best] = f.staging[len(f.staging)-1]
+	f.staging = f.staging[:len(f.staging)-1]
+	return b[:n], nil
 }
 
 func (f *fetcher) putStaging(b []float32) {
 	f.s.o.Acct.Release(mem.Comm, mem.Device, 4*int64(len(b)))
-	if len(f.staging) < 4 {
-		f.staging = append(f.staging, b)
-	}
+	f.staging = append(f.staging, b)
 }
 
-// issue starts group g's all-gather.
+// issue starts group g's all-gather, parameter by parameter.
 func (f *fetcher) issue(g int) error {
 	s := f.s
 	st := &f.state[g]
@@ -102,39 +116,83 @@ func (f *fetcher) issue(g int) error {
 	if err := s.o.Acct.Reserve(mem.Gathered, mem.Device, 4*int64(n)); err != nil {
 		return fmt.Errorf("stage 3: gathering unit %q (%d elements): %w", s.groups[g].Name, s.groups[g].Numel, err)
 	}
-	lo, ln := f.groupRange(g)
-	buf, err := f.getStaging(s.world * ln)
-	if err != nil {
-		s.o.Acct.Release(mem.Gathered, mem.Device, 4*int64(n))
-		return fmt.Errorf("stage 3: gathering unit %q: %w", s.groups[g].Name, err)
+	fl := f.newFlight()
+	full := s.full.F32()
+	gr := &s.groups[g]
+	for i := gr.First; i <= gr.Last; i++ {
+		if s.persist[i] {
+			continue
+		}
+		sp, ps, off := &s.l.Specs[i], s.lay.PartitionSizes[i], s.lay.Offsets[i]
+		var out []float32
+		if sp.Numel%s.world == 0 {
+			out = full[sp.Offset : sp.Offset+sp.Numel]
+		} else {
+			buf, err := f.getStaging(s.world * ps)
+			if err != nil {
+				f.abandon(fl)
+				s.o.Acct.Release(mem.Gathered, mem.Device, 4*int64(n))
+				return fmt.Errorf("stage 3: gathering unit %q: %w", gr.Name, err)
+			}
+			fl.staged = append(fl.staged, staged{param: i, staging: buf})
+			out = buf
+		}
+		mine := out[s.rank*ps : (s.rank+1)*ps]
+		copy(mine, s.work[off:off+ps])
+		fl.hs = append(fl.hs, s.o.Comm.AllGather(s.o.Ctx, comm.F32(out), comm.F32(mine)))
 	}
-	mine := buf[s.rank*ln : (s.rank+1)*ln]
-	copy(mine, s.work[lo:lo+ln])
-	st.flight = &flight{g: g, staging: buf, h: s.o.Comm.AllGather(s.o.Ctx, comm.F32(buf), comm.F32(mine))}
+	st.flight = fl
 	f.live += n
 	f.flying += n
 	return nil
 }
 
-// land waits for group g's all-gather and unpacks it into s.full.
+func (f *fetcher) newFlight() *flight {
+	if k := len(f.spare); k > 0 {
+		fl := f.spare[k-1]
+		f.spare = f.spare[:k-1]
+		return fl
+	}
+	return &flight{}
+}
+
+// abandon waits for a flight's collectives and returns its buffers.
+func (f *fetcher) abandon(fl *flight) error {
+	err := comm.WaitAll(fl.hs...)
+	for _, st := range fl.staged {
+		f.putStaging(st.staging)
+	}
+	clear(fl.hs)
+	fl.hs, fl.staged = fl.hs[:0], fl.staged[:0]
+	f.spare = append(f.spare, fl)
+	return err
+}
+
+// land waits for group g's all-gather and unpacks its staged parameters.
 func (f *fetcher) land(g int) error {
 	s := f.s
 	st := &f.state[g]
 	fl := st.flight
 	st.flight = nil
 	f.flying -= f.gatherable(g)
-	err := fl.h.Wait()
+	full := s.full.F32()
+	err := comm.WaitAll(fl.hs...)
 	if err == nil {
-		gr := &s.groups[g]
-		lo, ln := f.groupRange(g)
-		s.unpack(s.full.F32(), fl.staging, ln, lo, gr.First, gr.Last)
+		for _, sg := range fl.staged {
+			ps := s.lay.PartitionSizes[sg.param]
+			sp := &s.l.Specs[sg.param]
+			for r := range s.world {
+				lo, hi, _ := s.lay.Owned(sg.param, r)
+				copy(full[sp.Offset+lo:sp.Offset+hi], sg.staging[r*ps:r*ps+hi-lo])
+			}
+		}
 		st.gathered = true
 	} else {
 		f.live -= f.gatherable(g)
 		s.o.Acct.Release(mem.Gathered, mem.Device, 4*int64(f.gatherable(g)))
 		err = fmt.Errorf("stage 3: all-gather of unit %q: %w", s.groups[g].Name, err)
 	}
-	f.putStaging(fl.staging)
+	f.abandon(fl)
 	return err
 }
 

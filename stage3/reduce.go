@@ -24,15 +24,17 @@ type reducer struct {
 	backwards  int // backward passes since the last step
 
 	inflight []rsFlight // reduce-scatters issued, oldest first
+	spare    []rsFlight // landed flights whose slices are reused
 }
 
-// rsFlight is one unit's reduce-scatter in flight: staging holds every
-// rank's share of the unit's gradients, rank after rank; the rank's own
-// run is reduced in place.
+// rsFlight is one unit's reduce-scatter in flight: one collective per
+// parameter. A parameter that splits evenly is reduced in place in the
+// gradient buffer (the rank's share is chunk Rank() of it); one that
+// needs padding is packed, zero-padded, into a staging buffer.
 type rsFlight struct {
-	u       int
-	staging []float32
-	h       comm.Handle
+	u      int
+	hs     []comm.Handle
+	staged []staged
 }
 
 func (r *reducer) init(s *Strategy) {
@@ -107,42 +109,44 @@ func (r *reducer) done(v int) (bool, error) {
 	return true, nil
 }
 
-// issue packs unit v's gradients rank by rank (each parameter's share of
-// each rank, zero-padded to the partition size, as
-// reduce_scatter_coalesced interleaves them), averages and starts the
-// reduce-scatter.
+// issue averages unit v's gradients and starts their reduce-scatter,
+// parameter by parameter: each parameter's share of each rank, padded to
+// the partition size, as reduce_scatter_coalesced lays them out.
 func (r *reducer) issue(v int) error {
 	s := r.s
 	un := &s.l.Units[v]
-	base, ln := s.unitLo[v], s.unitLen[v]
-	buf, err := s.f.getStaging(s.world * ln)
-	if err != nil {
-		return fmt.Errorf("stage 3: reducing the gradients of unit %q: %w", un.Name, err)
-	}
 	g := s.grads.F32()
-	for rk := range s.world {
-		run := buf[rk*ln : (rk+1)*ln]
-		for i := un.First; i <= un.Last; i++ {
-			lo, hi, pad := s.lay.Owned(i, rk)
-			off := s.lay.Offsets[i] - base
-			sp := &s.l.Specs[i]
-			copy(run[off:off+hi-lo], g[sp.Offset+lo:sp.Offset+hi])
-			clear(run[off+hi-lo : off+hi-lo+pad])
+	fl := rsFlight{u: v}
+	if k := len(r.spare); k > 0 {
+		fl.hs, fl.staged = r.spare[k-1].hs, r.spare[k-1].staged
+		r.spare = r.spare[:k-1]
+	}
+	r.inflight = append(r.inflight, fl)
+	f := &r.inflight[len(r.inflight)-1]
+	for i := un.First; i <= un.Last; i++ {
+		sp, ps := &s.l.Specs[i], s.lay.PartitionSizes[i]
+		in := g[sp.Offset : sp.Offset+sp.Numel]
+		if sp.Numel%s.world != 0 {
+			buf, err := s.f.getStaging(s.world * ps)
+			if err != nil {
+				return fmt.Errorf("stage 3: reducing the gradients of unit %q: %w", un.Name, err)
+			}
+			for rk := range s.world {
+				lo, hi, _ := s.lay.Owned(i, rk)
+				n := copy(buf[rk*ps:], in[lo:hi])
+				clear(buf[rk*ps+n : (rk+1)*ps])
+			}
+			f.staged = append(f.staged, staged{param: i, staging: buf})
+			in = buf
+		}
+		if pf := s.c.PredivideFactor; pf != 0 && pf != 1 {
+			divide(in, float32(pf))
+		}
+		s.o.Average.Before(s.o.Pool, in)
+		if s.world > 1 {
+			f.hs = append(f.hs, s.o.Comm.ReduceScatter(s.o.Ctx, comm.F32(in[s.rank*ps:(s.rank+1)*ps]), comm.F32(in), comm.Sum))
 		}
 	}
-	s.grads.Release(un.Offset, un.Offset+un.Numel)
-	s.o.Acct.Release(mem.Comm, mem.Device, 4*int64(un.Numel))
-	r.live[v] = false
-	if f := s.c.PredivideFactor; f != 0 && f != 1 {
-		divide(buf, float32(f))
-	}
-	s.o.Average.Before(s.o.Pool, buf)
-	mine := buf[s.rank*ln : (s.rank+1)*ln]
-	var h comm.Handle = comm.Done(nil)
-	if s.world > 1 {
-		h = s.o.Comm.ReduceScatter(s.o.Ctx, comm.F32(mine), comm.F32(buf), comm.Sum)
-	}
-	r.inflight = append(r.inflight, rsFlight{u: v, staging: buf, h: h})
 	return nil
 }
 
@@ -157,29 +161,56 @@ func (r *reducer) landAll() error {
 	return first
 }
 
-// landOldest waits for the oldest reduce-scatter in flight and adds the
-// rank's reduced share to its gradient partitions (the first micro-step
-// adds to zeros: DeepSpeed copies, then accumulates).
+// landOldest waits for the oldest reduce-scatter in flight, adds the
+// rank's reduced shares to its gradient partitions (the first micro-step
+// adds to zeros: DeepSpeed copies, then accumulates) and releases the
+// unit's gradients.
 func (r *reducer) landOldest() error {
 	s := r.s
 	fl := r.inflight[0]
 	copy(r.inflight, r.inflight[1:])
 	r.inflight = r.inflight[:len(r.inflight)-1]
-	defer s.f.putStaging(fl.staging)
-	if err := fl.h.Wait(); err != nil {
-		return fmt.Errorf("stage 3: reduce-scatter of the gradients of unit %q: %w", s.l.Units[fl.u].Name, err)
+	defer r.recycle(fl)
+	un := &s.l.Units[fl.u]
+	if err := comm.WaitAll(fl.hs...); err != nil {
+		return fmt.Errorf("stage 3: reduce-scatter of the gradients of unit %q: %w", un.Name, err)
 	}
-	base, ln := s.unitLo[fl.u], s.unitLen[fl.u]
-	mine := fl.staging[s.rank*ln : (s.rank+1)*ln]
-	s.o.Average.After(s.o.Pool, mine)
-	if f := s.c.PredivideFactor; f != 0 && f != 1 && f != float64(s.world) {
-		s.o.Pool.Scale(mine, float32(f))
-	}
-	acc := s.grad[base : base+ln]
-	for i, x := range mine {
-		acc[i] += x
+	g := s.grads.F32()
+	k := 0
+	for i := un.First; i <= un.Last; i++ {
+		sp, ps := &s.l.Specs[i], s.lay.PartitionSizes[i]
+		src := g[sp.Offset : sp.Offset+sp.Numel]
+		if k < len(fl.staged) && fl.staged[k].param == i {
+			src = fl.staged[k].staging
+			k++
+		}
+		mine := src[s.rank*ps : (s.rank+1)*ps]
+		s.o.Average.After(s.o.Pool, mine)
+		if pf := s.c.PredivideFactor; pf != 0 && pf != 1 && pf != float64(s.world) {
+			s.o.Pool.Scale(mine, float32(pf))
+		}
+		acc := s.grad[s.lay.Offsets[i] : s.lay.Offsets[i]+ps]
+		for j, x := range mine {
+			acc[j] += x
+		}
 	}
 	return nil
+}
+
+// recycle releases a landed unit's gradients and keeps the flight's slices.
+func (r *reducer) recycle(fl rsFlight) {
+	s := r.s
+	un := &s.l.Units[fl.u]
+	s.grads.Release(un.Offset, un.Offset+un.Numel)
+	if r.live[fl.u] {
+		s.o.Acct.Release(mem.Comm, mem.Device, 4*int64(un.Numel))
+		r.live[fl.u] = false
+	}
+	for _, st := range fl.staged {
+		s.f.putStaging(st.staging)
+	}
+	clear(fl.hs)
+	r.spare = append(r.spare, rsFlight{hs: fl.hs[:0], staged: fl.staged[:0]})
 }
 
 // divide is x[i] /= d (torch's div of a tensor by a scalar, float32).
@@ -194,11 +225,12 @@ func (r *reducer) close() {
 	if r.s == nil {
 		return
 	}
-	for _, fl := range r.inflight {
-		fl.h.Wait()
-		r.s.f.putStaging(fl.staging)
+	for len(r.inflight) > 0 {
+		fl := r.inflight[0]
+		r.inflight = r.inflight[1:]
+		comm.WaitAll(fl.hs...)
+		r.recycle(fl)
 	}
-	r.inflight = nil
 	for v, l := range r.live {
 		if l {
 			r.s.o.Acct.Release(mem.Comm, mem.Device, 4*int64(r.s.l.Units[v].Numel))

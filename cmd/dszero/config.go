@@ -10,6 +10,8 @@ import (
 
 	"github.com/dszero/dszero/dsconfig"
 	"github.com/dszero/dszero/mem"
+	"github.com/dszero/dszero/model"
+	"github.com/dszero/dszero/stage3"
 )
 
 func runConfig(args []string, stdout, stderr io.Writer) int {
@@ -153,14 +155,29 @@ func runExplain(args []string, stdout, stderr io.Writer) int {
 	fs.SetOutput(stderr)
 	world := fs.Int("world-size", 1, "data-parallel world size")
 	asJSON := fs.Bool("json", false, "write the plan as JSON")
+	modelArg := fs.String("model", "", "at stage 3, also show the units this model (a preset or a directory with config.json) is gathered in")
+	minParams := fs.Int("wrap-min-params", 0, "size-based wrapping (FSDP min_num_params) instead of one unit per block")
 	hf := hfFlags(fs)
 	files, err := parseInterleaved(fs, args)
 	if err != nil {
 		return 2
 	}
-	if len(files) != 1 || *world < 1 {
-		fmt.Fprintln(stderr, "usage: dszero config explain FILE [--world-size N] [HF flags] [--json]")
+	if len(files) != 1 || *world < 1 || *minParams < 0 {
+		fmt.Fprintln(stderr, "usage: dszero config explain FILE [--world-size N] [--model PRESET|DIR [--wrap-min-params N]] [HF flags] [--json]")
 		return 2
+	}
+	var layout *model.Layout
+	if *modelArg != "" {
+		mc, err := modelConfig(*modelArg)
+		if err == nil {
+			err = mc.WithDefaults().Validate()
+		}
+		if err != nil {
+			fmt.Fprintf(stderr, "dszero config explain: %v\n", err)
+			return 2
+		}
+		l := mc.WithDefaults().Layout()
+		layout = &l
 	}
 	plan, diags, err := compileFile(files[0], dsconfig.Options{WorldSize: *world, HF: hf()})
 	if err != nil {
@@ -174,10 +191,23 @@ func runExplain(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "%s: rejected; fix the errors above to see the plan\n", files[0])
 		return 1
 	}
+	var units *unitsReport
+	if layout != nil {
+		u := describeUnits(plan, *modelArg, layout, stage3.WrapPolicy{MinNumParams: *minParams})
+		units = &u
+	}
 	if *asJSON {
-		return writeJSON(stdout, stderr, explainJSON(plan))
+		e := explainJSON(plan)
+		e.Stage3Units = units
+		return writeJSON(stdout, stderr, e)
 	}
 	explainText(stdout, plan)
+	if units != nil {
+		if plan.Zero.Stage != 3 {
+			fmt.Fprintf(stdout, "\n(at stage %d the parameters are not gathered per unit; this is what stage 3 would do)\n", plan.Zero.Stage)
+		}
+		units.text(stdout)
+	}
 	return 0
 }
 
@@ -197,6 +227,7 @@ type explained struct {
 	Mode        dsconfig.Mode        `json:"mode"`
 	WorldSize   int                  `json:"world_size"`
 	Stage       int                  `json:"zero_stage"`
+	Stage3Units *unitsReport         `json:"stage3_units,omitempty"` // with --model
 	Precision   string               `json:"precision"`
 	Batch       dsconfig.Batch       `json:"batch"`
 	Partitioned []string             `json:"partitioned"`
