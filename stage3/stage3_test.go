@@ -112,11 +112,12 @@ func TestVariantsEqualStage2(t *testing.T) {
 // TestModelStates: a rank's model states are the ZeRO-3 formula — with
 // Adam in fp32, 4 (params) + 4 (master) + 4 (grads) + 8 (moments) bytes
 // per element of the rank's partitions — and the partitions are
-// ceil(numel/N) per parameter, so the bytes scale as 1/N plus padding.
+// ceil(numel/N) per parameter, so the bytes scale as 1/N plus padding,
+// from 1 to 8 ranks.
 func TestModelStates(t *testing.T) {
 	d := ztest.MustLoadMLP(t, mlpRef)
 	psi := int64(d.Layout.Numel)
-	for world := 1; world <= 4; world++ {
+	for world := 1; world <= 8; world++ {
 		k := variants()[1]
 		r := run(t, d, k.json(3, 2, 2), world, k)
 		var part int64
