@@ -3,6 +3,7 @@ package stage3
 import (
 	"fmt"
 	"hash/fnv"
+	"time"
 
 	"github.com/dszero/dszero/comm"
 	"github.com/dszero/dszero/mem"
@@ -144,6 +145,7 @@ func (f *fetcher) issue(g int) error {
 	st.flight = fl
 	f.live += n
 	f.flying += n
+	s.waits.Gathers++
 	return nil
 }
 
@@ -176,7 +178,9 @@ func (f *fetcher) land(g int) error {
 	st.flight = nil
 	f.flying -= f.gatherable(g)
 	full := s.full.F32()
+	t0 := time.Now()
 	err := comm.WaitAll(fl.hs...)
+	s.waits.Gather += time.Since(t0)
 	if err == nil {
 		for _, sg := range fl.staged {
 			ps := s.lay.PartitionSizes[sg.param]
@@ -368,6 +372,7 @@ func (f *fetcher) prefetch() error {
 		if err := f.issue(h); err != nil {
 			return err
 		}
+		f.s.waits.Prefetched++
 		n += f.gatherable(h)
 	}
 	return nil

@@ -2,6 +2,7 @@ package stage3
 
 import (
 	"fmt"
+	"time"
 
 	"github.com/dszero/dszero/comm"
 	"github.com/dszero/dszero/mem"
@@ -172,7 +173,10 @@ func (r *reducer) landOldest() error {
 	r.inflight = r.inflight[:len(r.inflight)-1]
 	defer r.recycle(fl)
 	un := &s.l.Units[fl.u]
-	if err := comm.WaitAll(fl.hs...); err != nil {
+	t0 := time.Now()
+	err := comm.WaitAll(fl.hs...)
+	s.waits.Reduce += time.Since(t0)
+	if err != nil {
 		return fmt.Errorf("stage 3: reduce-scatter of the gradients of unit %q: %w", un.Name, err)
 	}
 	g := s.grads.F32()

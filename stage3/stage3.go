@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"time"
 
 	"github.com/dszero/dszero/comm"
 	"github.com/dszero/dszero/internal/zcore"
@@ -76,6 +77,7 @@ type Strategy struct {
 	f fetcher
 	r reducer
 
+	waits        Waits // since the last TakeWaits
 	steps        int   // optimizer steps taken
 	persistBytes int64 // the persistent parameters, always gathered (mem.Gathered)
 
@@ -200,6 +202,24 @@ func (s *Strategy) initPartitions() error {
 		}
 	}
 	return nil
+}
+
+// Waits is where a rank's compute thread waited for stage 3's
+// collectives, and how many gathers it issued: with prefetch and
+// overlap_comm the collectives run while the model computes, and the waits
+// shrink (wall_clock_breakdown shows them).
+type Waits struct {
+	Gather, Reduce time.Duration // blocked on all-gathers / reduce-scatters
+	Gathers        int           // units gathered
+	Prefetched     int           // of them, issued ahead by the trace
+}
+
+// TakeWaits returns the waits since the last call and starts counting
+// anew.
+func (s *Strategy) TakeWaits() Waits {
+	w := s.waits
+	s.waits = Waits{}
+	return w
 }
 
 // Layout is the rank-local layout of the partitions.

@@ -127,3 +127,36 @@ func TestStage3FitsWhereStage2OOMs(t *testing.T) {
 		t.Errorf("stage 3 under 7Ψ per rank: %v", err)
 	}
 }
+
+// TestWallClockBreakdown: with wall_clock_breakdown each record says where
+// rank 0's step went; at stage 3 it counts the units gathered, and from
+// the second pass on (once the trace is recorded) some are prefetched.
+// Without the key there is no breakdown.
+func TestWallClockBreakdown(t *testing.T) {
+	g := loadGPT(t)
+	for _, on := range []bool{true, false} {
+		js := strings.Replace(stage3JSON(30000, 0, true), `"gradient_clipping": 1.0,`, fmt.Sprintf(`"gradient_clipping": 1.0, "wall_clock_breakdown": %v,`, on), 1)
+		plan, err := dsconfig.Load(js, dsconfig.Options{WorldSize: 2})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var recs []Record
+		_, err = Run(Config{Plan: plan, Model: g.cfg, Init: g.init, SeqLen: 32, Steps: 2, Workers: 1,
+			Devices: []Device{{mem.NewAccountant(0), g.gemm}, {mem.NewAccountant(1), g.gemm}},
+			Batches: gptSamples{tokens: g.tokens, B: 2, gas: 2, world: 2}}, func(r Record) error { recs = append(recs, r); return nil })
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, r := range recs {
+			b := r.Breakdown
+			switch {
+			case !on && b != nil:
+				t.Errorf("step %d: a breakdown without wall_clock_breakdown", r.Step)
+			case on && b == nil:
+				t.Errorf("step %d: no breakdown", r.Step)
+			case on && (b.ForwardMS <= 0 || b.BackwardMS <= 0 || b.Gathers == 0 || r.Step == 2 && b.Prefetched == 0):
+				t.Errorf("step %d: breakdown %+v", r.Step, *b)
+			}
+		}
+	}
+}

@@ -34,6 +34,7 @@ import (
 	"github.com/dszero/dszero/mem"
 	"github.com/dszero/dszero/model"
 	"github.com/dszero/dszero/model/gpt"
+	"github.com/dszero/dszero/stage3"
 	"github.com/dszero/dszero/zero"
 )
 
@@ -105,7 +106,30 @@ type Record struct {
 	Peak     map[string]int64 `json:"peak_bytes"`
 	PeakMax  map[string]int64 `json:"peak_bytes_max_rank"`
 	PeakHost int64            `json:"peak_pinned_host_bytes"` // rank 0's
+	// Breakdown is where rank 0's step went (with wall_clock_breakdown).
+	Breakdown *Breakdown `json:"breakdown,omitempty"`
 }
+
+// Breakdown is DeepSpeed's wall_clock_breakdown for one step of rank 0:
+// forward, backward and optimizer step summed over the micro-steps, in
+// milliseconds, and — at stage 3 — how long the compute thread waited for
+// all-gathers and reduce-scatters within them (the rest of the
+// collectives' time overlapped compute), and how many units it gathered,
+// how many of them prefetched.
+type Breakdown struct {
+	ForwardMS    float64 `json:"forward_ms"`
+	BackwardMS   float64 `json:"backward_ms"`
+	StepMS       float64 `json:"step_ms"`
+	GatherWaitMS float64 `json:"allgather_wait_ms"`
+	ReduceWaitMS float64 `json:"reduce_scatter_wait_ms"`
+	Gathers      int     `json:"gathers"`
+	Prefetched   int     `json:"prefetched"`
+}
+
+// waiter is a strategy that reports its waits for collectives (stage 3).
+type waiter interface{ TakeWaits() stage3.Waits }
+
+func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
 
 // ErrStop, returned by onStep, ends training early without an error.
 var ErrStop = errors.New("stop")
@@ -237,9 +261,13 @@ func (r *rank) run(onStep func(Record) error) ([]float32, error) {
 		if overwrite {
 			m.OverwriteGrads() // the strategy left last step's gradients in place
 		}
+		var bd Breakdown
 		for micro := 0; micro < gas; micro++ {
 			cfg.Batches.Micro(s, micro, c.Rank(), inputs, targets)
+			t0 := time.Now()
 			loss, err := m.Forward(inputs, B, targets)
+			t1 := time.Now()
+			bd.ForwardMS += ms(t1.Sub(t0))
 			if err != nil {
 				return nil, fmt.Errorf("step %d, micro-step %d: %w", s+1, micro, err)
 			}
@@ -247,13 +275,21 @@ func (r *rank) run(onStep func(Record) error) ([]float32, error) {
 				return nil, fmt.Errorf("step %d, micro-step %d: the loss is NaN: training diverged (lower the learning rate)", s+1, micro)
 			}
 			st.mine[micro] = loss
+			t2 := time.Now()
 			if err := m.Backward(eng.GradScale()); err != nil {
 				return nil, fmt.Errorf("step %d, micro-step %d: %w", s+1, micro, err)
 			}
+			bd.BackwardMS += ms(time.Since(t2))
 		}
+		t3 := time.Now()
 		ss, err := eng.Step()
 		if err != nil {
 			return nil, err
+		}
+		bd.StepMS = ms(time.Since(t3))
+		if w, ok := eng.Strategy().(waiter); ok {
+			ws := w.TakeWaits()
+			bd.GatherWaitMS, bd.ReduceWaitMS, bd.Gathers, bd.Prefetched = ms(ws.Gather), ms(ws.Reduce), ws.Gathers, ws.Prefetched
 		}
 		if err := st.gather(ctx, c, r.dev.Acct); err != nil {
 			return nil, fmt.Errorf("step %d: gathering the step's losses and peaks: %w", s+1, err)
@@ -265,6 +301,9 @@ func (r *rank) run(onStep func(Record) error) ([]float32, error) {
 				Skipped: ss.Skipped, StepTimeS: dt, TokensPerS: float64(B*T*gas*world) / dt}
 			rec.Peak, rec.PeakMax = st.peaks()
 			rec.PeakHost = r.dev.Acct.Snapshot().PeakTotal[mem.PinnedHost]
+			if p.WallClockBreakdown {
+				rec.Breakdown = &bd
+			}
 			verdict[0] = goOn
 			if onStep != nil {
 				switch cbErr = onStep(rec); {

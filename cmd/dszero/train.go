@@ -224,6 +224,14 @@ func runTrain(args []string, stdout, stderr io.Writer) (code int) {
 				}
 				fmt.Fprintf(stdout, "step %5d/%d | loss %.4f | lr %.3e | loss scale %g | grad norm %.3f%s | %.0f tokens/s | peak %s%s\n",
 					r.Step, n, r.Loss, r.LR, r.LossScale, r.GradNorm, skipped(r.Skipped), r.TokensPerS, mem.FormatBytes(r.Peak["total"]), maxRank(r, nproc))
+				if b := r.Breakdown; b != nil {
+					fmt.Fprintf(stdout, "      time (ms) | forward: %.1f | backward: %.1f | step: %.1f", b.ForwardMS, b.BackwardMS, b.StepMS)
+					if b.Gathers > 0 {
+						fmt.Fprintf(stdout, " | waited for all-gathers %.1f, reduce-scatters %.1f | %d units gathered, %d prefetched",
+							b.GatherWaitMS, b.ReduceWaitMS, b.Gathers, b.Prefetched)
+					}
+					fmt.Fprintln(stdout)
+				}
 			}
 			return nil
 		})
