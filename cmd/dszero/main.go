@@ -7,6 +7,7 @@
 //	mpirun -np N dszero train …   (one rank per process; build with -tags mpi)
 //	dszero config check FILE... [--world-size N] [HF flags]
 //	dszero config explain FILE [--world-size N] [HF flags] [--json]
+//	dszero estimate --model PRESET|DIR | --params N [--largest-layer N] [--num_gpus G] [--num_nodes M] [--deepspeed ds_config.json] [--offload DEVICE] [--json]
 package main
 
 import (
@@ -29,6 +30,12 @@ Usage:
   dszero config explain FILE [--world-size N] [HF flags] [--json]
         the resolved plan: stage, partitioning, batch arithmetic, precision,
         offload, and every non-default knob with its source
+  dszero estimate --model PRESET|DIR | --params N [--largest-layer N] [--num_gpus G]
+        [--num_nodes M] [--deepspeed ds_config.json] [--offload none|cpu|nvme] [--seq T]
+        [HF flags] [--json]
+        memory before a run: DeepSpeed's estimators as DeepSpeed prints them, and
+        dszero's per-rank estimate for the config (model states by stage and tier,
+        buffers, activations with and without checkpointing)
 
 HF flags (fill "auto" like HF's Trainer): --learning_rate --per_device_train_batch_size
   --gradient_accumulation_steps --max_grad_norm --warmup_steps --max_steps
@@ -50,6 +57,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return runConfig(args[1:], stdout, stderr)
 	case "train":
 		return runTrain(args[1:], stdout, stderr)
+	case "estimate":
+		return runEstimate(args[1:], stdout, stderr)
 	case "help", "-h", "--help":
 		fmt.Fprint(stdout, usage)
 		return 0
