@@ -175,9 +175,22 @@ const chunkBytes = 1 << 20
 // tensor's element count. F32 is copied; F16 and BF16 are widened exactly;
 // any other dtype is an error.
 func (s *SafetensorsFile) ReadFloat32(name string, dst []float32) error {
-	t, err := s.lookupN(name, len(dst))
-	if err != nil {
+	if _, err := s.lookupN(name, len(dst)); err != nil {
 		return err
+	}
+	return s.ReadFloat32Range(name, 0, dst)
+}
+
+// ReadFloat32Range reads elements [lo, lo+len(dst)) of the named tensor,
+// in C order, into dst, reading only their bytes: a rank loads its slice
+// of a checkpoint without the rest.
+func (s *SafetensorsFile) ReadFloat32Range(name string, lo int, dst []float32) error {
+	t, ok := s.Lookup(name)
+	if !ok {
+		return fmt.Errorf("%s: no tensor %q", s.Path, name)
+	}
+	if lo < 0 || lo+len(dst) > t.Numel() {
+		return fmt.Errorf("%s: elements [%d, %d) of tensor %q, which has %d", s.Path, lo, lo+len(dst), name, t.Numel())
 	}
 	var conv func(b []byte, out []float32)
 	switch t.DType {
@@ -202,7 +215,7 @@ func (s *SafetensorsFile) ReadFloat32(name string, dst []float32) error {
 	default:
 		return fmt.Errorf("%s: tensor %q has dtype %s, want F32 (or F16/BF16, widened exactly)", s.Path, name, t.DType)
 	}
-	return readChunks(s, t, dtypeSize[t.DType], len(dst), func(b []byte, lo, hi int) { conv(b, dst[lo:hi]) })
+	return readChunks(s, t, dtypeSize[t.DType], lo, len(dst), func(b []byte, a, z int) { conv(b, dst[a:z]) })
 }
 
 // ReadInt64 reads the named I64 tensor into dst.
@@ -214,7 +227,7 @@ func (s *SafetensorsFile) ReadInt64(name string, dst []int64) error {
 	if t.DType != "I64" {
 		return fmt.Errorf("%s: tensor %q has dtype %s, want I64", s.Path, name, t.DType)
 	}
-	return readChunks(s, t, 8, len(dst), func(b []byte, lo, hi int) {
+	return readChunks(s, t, 8, 0, len(dst), func(b []byte, lo, hi int) {
 		for i := lo; i < hi; i++ {
 			dst[i] = int64(binary.LittleEndian.Uint64(b[8*(i-lo):]))
 		}
@@ -232,15 +245,16 @@ func (s *SafetensorsFile) lookupN(name string, n int) (TensorInfo, error) {
 	return t, nil
 }
 
-// readChunks streams the tensor's bytes in chunks of whole elements and
-// hands each chunk, with its element range, to use.
-func readChunks(s *SafetensorsFile, t TensorInfo, size int64, n int, use func(b []byte, lo, hi int)) error {
+// readChunks streams n elements of the tensor from element off in chunks
+// of whole elements and hands each chunk, with its range in [0, n), to
+// use.
+func readChunks(s *SafetensorsFile, t TensorInfo, size int64, off, n int, use func(b []byte, lo, hi int)) error {
 	per := int(chunkBytes / size)
 	buf := make([]byte, min(int64(n)*size, chunkBytes))
 	for lo := 0; lo < n; lo += per {
 		hi := min(n, lo+per)
 		b := buf[:int64(hi-lo)*size]
-		if _, err := s.f.ReadAt(b, s.dataStart+t.Begin+int64(lo)*size); err != nil {
+		if _, err := s.f.ReadAt(b, s.dataStart+t.Begin+int64(off+lo)*size); err != nil {
 			return fmt.Errorf("%s: reading tensor %q: %w", s.Path, t.Name, err)
 		}
 		use(b, lo, hi)

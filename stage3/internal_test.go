@@ -30,7 +30,7 @@ func threeUnits() model.Layout {
 
 func options(l *model.Layout, acct *mem.Accountant, c comm.Comm) zcore.Options {
 	return zcore.Options{Comm: c, Acct: acct, Layout: l,
-		InitRange: func(dst []float32, lo int) { l.InitRange(7, dst, lo) },
+		InitRange: func(dst []float32, lo int) error { l.InitRange(7, dst, lo); return nil },
 		NewOptimizer: func(n int) (optim.Optimizer, error) {
 			return optim.NewSGD(optim.SGDConfig{LR: 0.1}, n, optim.Alloc{Acct: acct, Tier: mem.Device}, nil)
 		}}

@@ -197,8 +197,8 @@ func (s *Strategy) initPartitions() error {
 		dst := s.work[s.lay.Offsets[i] : s.lay.Offsets[i]+hi-lo]
 		if src != nil {
 			copy(dst, src[sp.Offset+lo:sp.Offset+hi])
-		} else {
-			o.InitRange(dst, sp.Offset+lo)
+		} else if err := o.InitRange(dst, sp.Offset+lo); err != nil {
+			return fmt.Errorf("stage 3: initial values of %s[%d:%d]: %w", sp.Name, lo, hi, err)
 		}
 	}
 	return nil
@@ -221,6 +221,12 @@ func (s *Strategy) TakeWaits() Waits {
 	s.waits = Waits{}
 	return w
 }
+
+// LeaveGradsDirty lets the model write (not add) each step's first
+// gradients: stage 3 hands every unit's gradient range back, zeroed, as
+// soon as it is reduced, so the buffer holds nothing to add to and there
+// is nothing to clear (zero.GradOverwriter).
+func (s *Strategy) LeaveGradsDirty() {}
 
 // Layout is the rank-local layout of the partitions.
 func (s *Strategy) Layout() partition.Stage3Layout { return s.lay }

@@ -3,13 +3,19 @@ package train
 import (
 	"errors"
 	"fmt"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
 
+	"github.com/dszero/dszero/comm"
+	"github.com/dszero/dszero/comm/inproc"
 	"github.com/dszero/dszero/dsconfig"
 	"github.com/dszero/dszero/mem"
+	"github.com/dszero/dszero/model/gpt"
+	"github.com/dszero/dszero/zero"
 	"github.com/dszero/dszero/zero/lrsched"
+	"github.com/dszero/dszero/zero/partition"
 )
 
 // stage3JSON is the harness's setup at stage 3 with every unit gathered
@@ -157,6 +163,67 @@ func TestWallClockBreakdown(t *testing.T) {
 			case on && (b.ForwardMS <= 0 || b.BackwardMS <= 0 || b.Gathers == 0 || r.Step == 2 && b.Prefetched == 0):
 				t.Errorf("step %d: breakdown %+v", r.Step, *b)
 			}
+		}
+	}
+}
+
+// TestStage3LoadsSlices: at stage 3 a rank loading a Hugging Face
+// checkpoint reads only its partitions of each tensor (the ranges it asks
+// the file for add up to its share of the model), never holds more than
+// it keeps (peak = live after loading, no temporary), and the loaded
+// model is the file's.
+func TestStage3LoadsSlices(t *testing.T) {
+	cfg := gpt.Config{Vocab: 50, Context: 16, Dim: 32, Heads: 2, Layers: 3}.WithDefaults()
+	l := cfg.Layout()
+	params := make([]float32, l.Numel)
+	l.InitRange(5, params, 0)
+	dir := t.TempDir()
+	if err := gpt.SaveDir(dir, cfg, params); err != nil {
+		t.Fatal(err)
+	}
+	w, err := gpt.OpenWeights(filepath.Join(dir, "model.safetensors"), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	for _, world := range []int{1, 3} {
+		plan, err := dsconfig.Load(`{"train_micro_batch_size_per_gpu": 1, "optimizer": {"type": "AdamW"},
+		  "zero_optimization": {"stage": 3, "stage3_param_persistence_threshold": 0}}`, dsconfig.Options{WorldSize: world})
+		if err != nil {
+			t.Fatal(err)
+		}
+		err = inproc.New(world, inproc.Options{}).Run(func(c comm.Comm) error {
+			acct := mem.NewAccountant(c.Rank())
+			read := 0
+			eng, err := zero.NewEngine(plan, zero.Options{Acct: acct, Layout: &l, Comm: c, Workers: 1,
+				InitRange: func(dst []float32, lo int) error { read += len(dst); return w.ReadRange(dst, lo) }})
+			if err != nil {
+				return err
+			}
+			defer eng.Close()
+			share := 0
+			for _, sp := range l.Specs {
+				lo, hi, _ := partition.PerParam(sp.Numel, world, c.Rank())
+				share += hi - lo
+			}
+			snap := acct.Snapshot()
+			switch {
+			case read != share:
+				return fmt.Errorf("rank %d read %d elements, its share is %d of %d", c.Rank(), read, share, l.Numel)
+			case snap.PeakTotal[mem.Device] != snap.LiveTotal[mem.Device]:
+				return fmt.Errorf("rank %d peaked at %d bytes while loading, keeps %d", c.Rank(), snap.PeakTotal[mem.Device], snap.LiveTotal[mem.Device])
+			}
+			full := make([]float32, l.Numel)
+			if err := eng.GatherMaster(full); err != nil {
+				return err
+			}
+			if !slices.Equal(full, params) {
+				return fmt.Errorf("rank %d: the loaded model differs from the file's", c.Rank())
+			}
+			return nil
+		})
+		if err != nil {
+			t.Errorf("world %d: %v", world, err)
 		}
 	}
 }

@@ -56,8 +56,14 @@ type Config struct {
 	// Plan is compiled for the world: Plan.WorldSize ranks train.
 	Plan  dsconfig.Plan
 	Model gpt.Config
-	// Init are the initial fp32 parameters; nil draws them from Seed.
-	Init    []float32
+	// Init are the initial fp32 parameters; nil draws them from Seed, or
+	// reads them with InitRange.
+	Init []float32
+	// InitRange, when set (and Init is nil), writes elements
+	// [lo, lo+len(dst)) of the initial parameters: a checkpoint's
+	// gpt.Weights.ReadRange, so that a stage 3 rank reads only its
+	// partitions.
+	InitRange func(dst []float32, lo int) error
 	Seed    uint64
 	Batches Batches
 	SeqLen  int // tokens per sample; ≤ Model.Context
@@ -232,9 +238,13 @@ func (r *rank) run(onStep func(Record) error) ([]float32, error) {
 	if cfg.Warn != nil && c.Rank() == 0 {
 		opts.Warn = cfg.Warn
 	}
-	if cfg.Init == nil {
+	switch {
+	case cfg.Init != nil:
+	case cfg.InitRange != nil:
+		opts.InitRange = cfg.InitRange
+	default:
 		// Each stage draws what it holds: stage 3 only its partitions.
-		opts.InitRange = func(dst []float32, lo int) { layout.InitRange(cfg.Seed, dst, lo) }
+		opts.InitRange = func(dst []float32, lo int) error { layout.InitRange(cfg.Seed, dst, lo); return nil }
 	}
 	eng, err := zero.NewEngine(p, opts)
 	if err != nil {

@@ -47,8 +47,9 @@ type Options struct {
 	Warn func(msg string)
 	// InitRange, instead of Init or InitFunc, writes elements
 	// [lo, lo+len(dst)) of the initial parameters: stage 3 initializes
-	// only the rank's partitions with it.
-	InitRange func(dst []float32, lo int)
+	// (or loads) only the rank's partitions with it; the other stages call
+	// it once for the whole model.
+	InitRange func(dst []float32, lo int) error
 	// KeepAfterForward and WrapMinNumParams are FSDP's
 	// reshard_after_forward false and size-based wrap policy at stage 3
 	// (a ds_config has neither; see stage3.Config).
@@ -116,7 +117,11 @@ func NewEngine(plan dsconfig.Plan, o Options) (*Engine, error) {
 		Round: e.Round(), Clip: plan.GradientClipping, Average: averaging(plan),
 		BucketSize: int(plan.Zero.ReduceBucketSize), Overlap: plan.Zero.OverlapComm, Pool: e.pool,
 		NewOptimizer: func(n int) (optim.Optimizer, error) { return newOptimizer(plan, n, alloc, e.pool) }}
-	so.InitRange = o.InitRange
+	var initErr error
+	if o.InitRange != nil && o.Init == nil && o.InitFunc == nil {
+		so.InitRange = o.InitRange
+		so.InitFunc = func(full []float32) { initErr = o.InitRange(full, 0) }
+	}
 	// The one place a stage is chosen; CheckPlan has refused the rest.
 	switch plan.Zero.Stage {
 	case 0:
@@ -127,6 +132,10 @@ func NewEngine(plan dsconfig.Plan, o Options) (*Engine, error) {
 		e.strategy, err = stage2.New(so)
 	case 3:
 		e.strategy, err = stage3.New(so, stage3Config(plan, o))
+	}
+	if err == nil && initErr != nil {
+		e.strategy.Close()
+		err = fmt.Errorf("initial parameters: %w", initErr)
 	}
 	if err != nil {
 		e.pool.Close()

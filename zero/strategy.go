@@ -12,13 +12,14 @@ import (
 // Every strategy is a Strategy and has its rank's optimizer (the stage
 // packages cannot name this package's interface: it imports them).
 var (
-	_ Strategy      = (*stage1.Strategy)(nil)
-	_ Strategy      = (*stage2.Strategy)(nil)
-	_ Strategy      = (*stage3.Strategy)(nil)
-	_ withOptimizer = (*Stage0)(nil)
-	_ withOptimizer = (*stage1.Strategy)(nil)
-	_ withOptimizer = (*stage2.Strategy)(nil)
-	_ withOptimizer = (*stage3.Strategy)(nil)
+	_ Strategy       = (*stage1.Strategy)(nil)
+	_ Strategy       = (*stage2.Strategy)(nil)
+	_ Strategy       = (*stage3.Strategy)(nil)
+	_ withOptimizer  = (*Stage0)(nil)
+	_ withOptimizer  = (*stage1.Strategy)(nil)
+	_ withOptimizer  = (*stage2.Strategy)(nil)
+	_ withOptimizer  = (*stage3.Strategy)(nil)
+	_ GradOverwriter = (*stage3.Strategy)(nil)
 )
 
 type withOptimizer interface{ Optimizer() optim.Optimizer }

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"runtime/pprof"
 	"strings"
 	"time"
@@ -132,11 +133,15 @@ func runTrain(args []string, stdout, stderr io.Writer) (code int) {
 	}
 
 	var mcfg gpt.Config
-	var init []float32
+	var weights *gpt.Weights // --model DIR: every rank reads only what it holds
 	if st, err := os.Stat(*modelArg); err == nil && st.IsDir() {
-		if mcfg, init, err = gpt.ReadDir(*modelArg); err != nil {
+		if mcfg, err = gpt.ReadConfig(filepath.Join(*modelArg, "config.json")); err == nil {
+			weights, err = gpt.OpenWeights(filepath.Join(*modelArg, "model.safetensors"), mcfg)
+		}
+		if err != nil {
 			return fail("--model %s: %v", *modelArg, err)
 		}
+		defer weights.Close()
 	} else if mcfg, err = gpt.Preset(*modelArg); err != nil {
 		return fail("--model: %v (or give a directory with config.json and model.safetensors)", err)
 	}
@@ -202,7 +207,11 @@ func runTrain(args []string, stdout, stderr io.Writer) (code int) {
 	}
 	var first, last train.Record
 	start := time.Now()
-	_, err = train.Run(train.Config{Plan: plan, Model: mcfg, Init: init, Seed: *seed, Batches: loader, SeqLen: T, Steps: n, Devices: devs, Comm: l.comm(),
+	var initRange func([]float32, int) error
+	if weights != nil {
+		initRange = weights.ReadRange
+	}
+	_, err = train.Run(train.Config{Plan: plan, Model: mcfg, InitRange: initRange, Seed: *seed, Batches: loader, SeqLen: T, Steps: n, Devices: devs, Comm: l.comm(),
 		Checkpoint: *ckpt || plan.ActivationCheckpointing.Present, CPUCheckpoint: plan.ActivationCheckpointing.CPUCheckpointing,
 		Warn: func(msg string) { fmt.Fprintf(stderr, "dszero train: warning: %s\n", msg) }},
 		func(r train.Record) error {

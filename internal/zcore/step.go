@@ -53,12 +53,12 @@ type Options struct {
 	// elements that the strategy owns (no second copy of the model).
 	Init     []float32
 	InitFunc func(full []float32)
-	// InitRange, preferred to InitFunc when set, writes elements
-	// [lo, lo+len(dst)) of the initial flat parameters into dst, so that a
-	// stage holding partitions never builds the whole model (stage 3's
-	// partitioned initialization, DeepSpeed's zero.Init). Stages that hold
-	// the whole model call it once with lo 0.
-	InitRange func(dst []float32, lo int)
+	// InitRange, preferred to Init and InitFunc by stage 3, writes
+	// elements [lo, lo+len(dst)) of the initial flat parameters into dst,
+	// so that a stage holding partitions never builds the whole model
+	// (DeepSpeed's zero.Init; reading a checkpoint's slices). The stages
+	// that hold the whole model take Init or InitFunc.
+	InitRange func(dst []float32, lo int) error
 	// Round emulates a 16-bit working precision (half.RoundBF16, ...); nil
 	// for fp32.
 	Round func([]float32)
@@ -86,11 +86,7 @@ func (o *Options) Check(stage string) error {
 	if o.Acct == nil || o.Layout == nil || o.NewOptimizer == nil {
 		panic(stage + ": Options need Acct, Layout and NewOptimizer")
 	}
-	if o.InitRange != nil && o.InitFunc == nil {
-		r := o.InitRange
-		o.InitFunc = func(full []float32) { r(full, 0) }
-	}
-	if o.InitFunc == nil && len(o.Init) != o.Layout.Numel {
+	if o.InitFunc == nil && o.InitRange == nil && len(o.Init) != o.Layout.Numel {
 		return fmt.Errorf("%s: %d initial parameters for a model of %d", stage, len(o.Init), o.Layout.Numel)
 	}
 	if o.Ctx == nil {

@@ -7,7 +7,6 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
-	"slices"
 	"strconv"
 	"strings"
 
@@ -61,122 +60,6 @@ func HFName(canonical string) (string, bool) {
 
 // hfBuffer matches the causal-mask buffers old GPT-2 checkpoints carry.
 var hfBuffer = regexp.MustCompile(`^h\.\d+\.attn\.(bias|masked_bias)$`)
-
-// fileTensor says where a file tensor goes in the flat buffer.
-type fileTensor struct {
-	spec       int
-	transposed bool // stored as (in, out)
-}
-
-// ReadWeights reads a safetensors file with canonical or Hugging Face
-// names into dst, a flat buffer of cfg's layout. F16 and BF16 tensors are
-// widened exactly. Every tensor must be present with the right shape;
-// unknown tensors are errors (Hugging Face mask buffers excepted).
-func ReadWeights(path string, cfg Config, dst []float32) error {
-	cfg = cfg.WithDefaults()
-	if err := cfg.Validate(); err != nil {
-		return err
-	}
-	l := cfg.Layout()
-	if len(dst) != l.Numel {
-		return fmt.Errorf("gpt: %s: destination has %d elements, the model %d", path, len(dst), l.Numel)
-	}
-	f, err := model.OpenSafetensors(path)
-	if err != nil {
-		return fmt.Errorf("gpt: %w", err)
-	}
-	defer f.Close()
-
-	hf := true
-	for _, t := range f.Tensors {
-		if strings.HasPrefix(t.Name, "blocks.") {
-			hf = false
-		}
-	}
-	want := map[string]fileTensor{}
-	for i, s := range l.Specs {
-		name, tr := s.Name, false
-		if hf {
-			name, tr = HFName(s.Name)
-		}
-		want[name] = fileTensor{spec: i, transposed: tr}
-	}
-
-	var errs []error
-	seen := make([]bool, len(l.Specs))
-	var tiedHead []float32
-	var tmp []float32
-	for _, t := range f.Tensors {
-		name := t.Name
-		if hf {
-			name = strings.TrimPrefix(name, "transformer.")
-			if hfBuffer.MatchString(name) {
-				continue
-			}
-		}
-		ft, ok := want[name]
-		if !ok && hf && cfg.Tied && name == "lm_head.weight" {
-			// Some tied checkpoints store the head anyway: it must equal wte.
-			if !slices.Equal(t.Shape, []int{cfg.Vocab, cfg.Dim}) {
-				errs = append(errs, fmt.Errorf("gpt: %s: tensor %q has shape %v, want %v", path, t.Name, t.Shape, []int{cfg.Vocab, cfg.Dim}))
-				continue
-			}
-			tiedHead = make([]float32, t.Numel())
-			if err := f.ReadFloat32(t.Name, tiedHead); err != nil {
-				errs = append(errs, fmt.Errorf("gpt: %w", err))
-			}
-			continue
-		}
-		if !ok {
-			errs = append(errs, fmt.Errorf("gpt: %s: unknown tensor %q (%s %v) for %s", path, t.Name, t.DType, t.Shape, describe(cfg)))
-			continue
-		}
-		s := l.Specs[ft.spec]
-		shape := s.Shape
-		if ft.transposed {
-			shape = []int{s.Shape[1], s.Shape[0]}
-		}
-		if !slices.Equal(t.Shape, shape) {
-			errs = append(errs, fmt.Errorf("gpt: %s: tensor %q has shape %v, want %v for %s", path, t.Name, t.Shape, shape, describe(cfg)))
-			continue
-		}
-		seen[ft.spec] = true
-		out := l.View(dst, ft.spec)
-		if !ft.transposed {
-			if err := f.ReadFloat32(t.Name, out); err != nil {
-				errs = append(errs, fmt.Errorf("gpt: %w", err))
-			}
-			continue
-		}
-		if cap(tmp) < s.Numel {
-			tmp = make([]float32, s.Numel)
-		}
-		tmp = tmp[:s.Numel]
-		if err := f.ReadFloat32(t.Name, tmp); err != nil {
-			errs = append(errs, fmt.Errorf("gpt: %w", err))
-			continue
-		}
-		rows, cols := s.Shape[0], s.Shape[1] // ours (out, in); the file (in, out)
-		for r := range rows {
-			for c := range cols {
-				out[r*cols+c] = tmp[c*rows+r]
-			}
-		}
-	}
-	for i, ok := range seen {
-		if !ok {
-			name := l.Specs[i].Name
-			if hf {
-				name, _ = HFName(name)
-			}
-			errs = append(errs, fmt.Errorf("gpt: %s: missing tensor %q %v for %s", path, name, l.Specs[i].Shape, describe(cfg)))
-		}
-	}
-	if len(errs) == 0 && tiedHead != nil && !slices.Equal(tiedHead, l.View(dst, 0)) {
-		errs = append(errs, fmt.Errorf("gpt: %s: lm_head.weight differs from wte.weight but the config ties them", path))
-	}
-	return errors.Join(errs...)
-}
 
 func describe(c Config) string {
 	return fmt.Sprintf("V=%d context=%d C=%d heads=%d L=%d M=%d tied=%v", c.Vocab, c.Context, c.Dim, c.Heads, c.Layers, c.MLP, c.Tied)
