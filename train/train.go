@@ -64,10 +64,10 @@ type Config struct {
 	// gpt.Weights.ReadRange, so that a stage 3 rank reads only its
 	// partitions.
 	InitRange func(dst []float32, lo int) error
-	Seed    uint64
-	Batches Batches
-	SeqLen  int // tokens per sample; ≤ Model.Context
-	Steps   int // optimizer steps
+	Seed      uint64
+	Batches   Batches
+	SeqLen    int // tokens per sample; ≤ Model.Context
+	Steps     int // optimizer steps
 	// ReturnParams makes Run return a copy of the final fp32 parameters.
 	ReturnParams bool
 	// Devices are the ranks' devices, Plan.WorldSize of them; with Comm,
