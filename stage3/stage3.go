@@ -50,6 +50,12 @@ type Config struct {
 	// Warn receives a warning when a step's unit order departs from the
 	// recorded trace (prefetch then falls back to fetching on demand).
 	Warn func(msg string)
+	// Replicas, for hybrid sharding (FSDP HYBRID_SHARD, DeepSpeed MiCS),
+	// connects this rank with the ranks that hold the same partitions in
+	// the other shard groups: the strategy's own communicator is then its
+	// shard group, and at each step the gradient partitions are summed
+	// across Replicas before the norm and the update. Nil: one group.
+	Replicas comm.Comm
 }
 
 // Strategy is ZeRO stage 3 on one rank (see the package doc).
@@ -222,6 +228,16 @@ func (s *Strategy) TakeWaits() Waits {
 	return w
 }
 
+// GroupTraffic is what this rank moved within its shard group and across
+// the replica groups (zero when the strategy is not hybrid).
+func (s *Strategy) GroupTraffic() (shard, replicas comm.Traffic) {
+	shard = s.o.Comm.Traffic()
+	if s.c.Replicas != nil {
+		replicas = s.c.Replicas.Traffic()
+	}
+	return shard, replicas
+}
+
 // LeaveGradsDirty lets the model write (not add) each step's first
 // gradients: stage 3 hands every unit's gradient range back, zeroed, as
 // soon as it is reduced, so the buffer holds nothing to add to and there
@@ -273,6 +289,16 @@ func (s *Strategy) Step(in zcore.StepInput) (zcore.StepResult, error) {
 
 func (s *Strategy) step(in zcore.StepInput) (zcore.StepResult, error) {
 	o := &s.o
+	if rc := s.c.Replicas; rc != nil && rc.Size() > 1 {
+		// MiCS allreduce_mics_shard_grads: the shard groups' partitions,
+		// each already averaged within its group, summed across groups at
+		// the gradient-accumulation boundary.
+		t0 := time.Now()
+		if err := rc.AllReduce(o.Ctx, comm.F32(s.grad), comm.Sum).Wait(); err != nil {
+			return zcore.StepResult{}, fmt.Errorf("all-reduce of the gradient partitions across shard groups: %w", err)
+		}
+		s.waits.Reduce += time.Since(t0)
+	}
 	if in.CheckOverflow {
 		s.flag[0] = 0
 		if lossscale.HasInfOrNaN(s.grad) {

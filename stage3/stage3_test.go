@@ -4,8 +4,10 @@ import (
 	"fmt"
 	"math"
 	"slices"
+	"strings"
 	"testing"
 
+	"github.com/dszero/dszero/comm"
 	"github.com/dszero/dszero/internal/ztest"
 	"github.com/dszero/dszero/mem"
 	"github.com/dszero/dszero/zero"
@@ -172,5 +174,50 @@ func TestGatheredPeak(t *testing.T) {
 				t.Errorf("%d bytes still gathered after the run", live)
 			}
 		})
+	}
+}
+
+// TestHybridSharding: MiCS (mics_shard_size 2 on 4 ranks; FSDP's
+// HYBRID_SHARD is the same layout) shards within groups of 2 and
+// replicates across them. It trains like one rank of stage 0 on the same
+// global batches (losses within 1e-6 relative, weights within 1e-6 of
+// their norm); each rank holds (4+4+4+8)·Ψ/2 bytes of model states (plus
+// padding); the gathers and reduce-scatters stay inside the group, and
+// across groups there is one all-reduce of the gradient partitions per
+// step: 2·(R−1)/R × 4·P bytes sent with R = 2 groups and P elements per
+// partition.
+func TestHybridSharding(t *testing.T) {
+	d := ztest.MustLoadMLP(t, mlpRef)
+	const world, group, steps = 4, 2, 4
+	k := variants()[2] // persistence 0, prefetch
+	js := strings.Replace(k.json(3, 2, 2), `"stage": 3,`, `"stage": 3, "mics_shard_size": 2,`, 1)
+	base := run(t, d, defaults.json(0, 2, 2*world), 1, defaults)
+	got := run(t, d, js, world, k)
+	lrel := ztest.MaxRel(got.Losses, base.Losses)
+	wabs, wrel := ztest.WeightDiff(got.Final, base.Final)
+	t.Logf("vs one rank: losses max rel Δ %.2e; weights max |Δ| %.2e, ‖Δ‖/‖w‖ %.2e", lrel, wabs, wrel)
+	if lrel > 1e-6 || wrel > 1e-6 {
+		t.Errorf("hybrid sharding differs from one rank: losses %.2e, weights %.2e", lrel, wrel)
+	}
+	var part int64
+	for _, sp := range d.Layout.Specs {
+		part += int64((sp.Numel + group - 1) / group)
+	}
+	for r, a := range got.Accts {
+		s := a.Snapshot()
+		states := s.PeakBytes(mem.Device, mem.Params16) + s.PeakBytes(mem.Device, mem.MasterParams) +
+			s.PeakBytes(mem.Device, mem.Grads) + s.PeakBytes(mem.Device, mem.OptimState)
+		if states != 20*part {
+			t.Errorf("rank %d: model states %d bytes, want 20 × %d", r, states, part)
+		}
+		shard, repl := got.GroupTraffic[r][0], got.GroupTraffic[r][1]
+		t.Logf("rank %d within its group:\n%sacross groups:\n%s", r, shard, repl)
+		ar := repl.Of(comm.KindAllReduce)
+		if ar.Calls != steps || ar.Sent != steps*4*part || repl.Total().Calls != steps {
+			t.Errorf("rank %d across groups: %+v, want %d all-reduces sending %d bytes and nothing else", r, repl, steps, steps*4*part)
+		}
+		if shard.Of(comm.KindAllGather).Calls == 0 || shard.Of(comm.KindReduceScatter).Calls == 0 || shard.Of(comm.KindAllReduce).Calls != 0 {
+			t.Errorf("rank %d within its group: %+v", r, shard)
+		}
 	}
 }

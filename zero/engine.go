@@ -55,6 +55,10 @@ type Options struct {
 	// (a ds_config has neither; see stage3.Config).
 	KeepAfterForward bool
 	WrapMinNumParams int
+	// ShardGroupSize, at stage 3, shards the model within groups of this
+	// many consecutive ranks and replicates it across the groups (FSDP
+	// HYBRID_SHARD); 0 takes the plan's mics_shard_size (DeepSpeed MiCS).
+	ShardGroupSize int
 }
 
 // Engine is one rank's training state: strategy, optimizer, scheduler and
@@ -131,7 +135,7 @@ func NewEngine(plan dsconfig.Plan, o Options) (*Engine, error) {
 	case 2:
 		e.strategy, err = stage2.New(so)
 	case 3:
-		e.strategy, err = stage3.New(so, stage3Config(plan, o))
+		e.strategy, err = newStage3(plan, o, so, c)
 	}
 	if err == nil && initErr != nil {
 		e.strategy.Close()
@@ -142,6 +146,37 @@ func NewEngine(plan dsconfig.Plan, o Options) (*Engine, error) {
 		return nil, err
 	}
 	return e, nil
+}
+
+// newStage3 builds stage 3, on shard groups when the plan or the options
+// ask for hybrid sharding: the communicator is split (a collective) into
+// the rank's shard group — consecutive ranks — and its replica group —
+// the ranks at the same place in the other groups.
+func newStage3(plan dsconfig.Plan, o Options, so StrategyOptions, c comm.Comm) (*stage3.Strategy, error) {
+	cfg := stage3Config(plan, o)
+	g := o.ShardGroupSize
+	if g == 0 && plan.Zero.MiCSShardSize > 0 {
+		g = int(plan.Zero.MiCSShardSize)
+	}
+	if g <= 0 || g >= c.Size() {
+		return stage3.New(so, cfg)
+	}
+	if c.Size()%g != 0 {
+		return nil, fmt.Errorf("%s: shard groups of %d ranks do not divide the world of %d (mics_shard_size must divide the number of ranks)", plan.File, g, c.Size())
+	}
+	ctx := o.Ctx
+	if ctx == nil {
+		ctx = context.Background()
+	}
+	shard, err := c.Split(ctx, c.Rank()/g, c.Rank())
+	if err != nil {
+		return nil, fmt.Errorf("stage 3: forming shard groups of %d ranks: %w", g, err)
+	}
+	if cfg.Replicas, err = c.Split(ctx, c.Rank()%g, c.Rank()); err != nil {
+		return nil, fmt.Errorf("stage 3: forming replica groups across the shard groups: %w", err)
+	}
+	so.Comm, so.Average = shard, zcore.GroupAveraging(c.Size(), g)
+	return stage3.New(so, cfg)
 }
 
 // stage3Config is stage 3's part of the plan (and of FSDP's knobs).
@@ -189,6 +224,9 @@ func CheckPlan(plan dsconfig.Plan) (warns []string, err error) {
 	z, world := plan.Zero, plan.WorldSize
 	var errs []error
 	refuse := func(format string, a ...any) { errs = append(errs, fmt.Errorf(format, a...)) }
+	if z.Stage == 3 && z.HPZPartitionSize > 1 {
+		refuse("zero_optimization.zero_hpz_partition_size %d: ZeRO++ hierarchical partitioning is not implemented yet; remove it (or use mics_shard_size for sharding within groups)", z.HPZPartitionSize)
+	}
 	if z.Stage == 3 && z.OffloadParam.Device != dsconfig.OffloadNone {
 		refuse("zero_optimization.offload_param.device %q: parameter offload is not implemented yet; remove offload_param", z.OffloadParam.Device)
 	}

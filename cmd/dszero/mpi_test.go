@@ -16,7 +16,8 @@ import (
 
 // TestTrainMPI builds dszero with the mpi tag and trains the tiny GPT under
 // mpirun, one rank per process, at stage 1 on 2 ranks, stage 2 on 3 and
-// stage 3 (units gathered, prefetched, reduce-scattered) on 2 and 3:
+// stage 3 (units gathered, prefetched, reduce-scattered) on 2 and 3, and
+// stage 3 with MiCS shard groups of 2 on 4 (communicators split in MPI):
 // the logged losses and gradient norms equal, bit for bit, those of
 // --nproc in one process (the MPI backend reduces in inproc's rank order).
 // Only rank 0 prints and logs. An --nproc that disagrees with mpirun's
@@ -59,14 +60,15 @@ func TestTrainMPI(t *testing.T) {
 		out, err := cmd.CombinedOutput()
 		return string(out), err
 	}
-	for _, tc := range []struct{ stage, np int }{{1, 2}, {2, 3}, {3, 2}, {3, 3}} {
-		t.Run(fmt.Sprintf("stage%d/np=%d", tc.stage, tc.np), func(t *testing.T) {
-			cfg := filepath.Join(dir, fmt.Sprintf("z%d.json", tc.stage))
+	for _, tc := range []struct{ stage, np, mics int }{{1, 2, 0}, {2, 3, 0}, {3, 2, 0}, {3, 3, 0}, {3, 4, 2}} {
+		t.Run(fmt.Sprintf("stage%d/np=%d/mics=%d", tc.stage, tc.np, tc.mics), func(t *testing.T) {
+			cfg := filepath.Join(dir, fmt.Sprintf("z%d_%d_%d.json", tc.stage, tc.np, tc.mics))
 			os.WriteFile(cfg, []byte(fmt.Sprintf(`{"train_micro_batch_size_per_gpu": 2, "gradient_accumulation_steps": 2,
 			  "optimizer": {"type": "AdamW", "params": {"lr": 1e-3}}, "zero_optimization": {"stage": %d, "reduce_bucket_size": 20000,
-			  "stage3_param_persistence_threshold": 1000, "stage3_prefetch_bucket_size": 30000, "overlap_comm": true}}`, tc.stage)), 0o644)
+			  "stage3_param_persistence_threshold": 1000, "stage3_prefetch_bucket_size": 30000, "overlap_comm": true,
+			  "mics_shard_size": %d}}`, tc.stage, tc.mics)), 0o644)
 			args := []string{"--model", "tiny", "--data", "random", "--seq", "16", "--steps", "3", "--quiet", "--blas", "gonum", "--deepspeed", cfg}
-			mpiLog, inLog := filepath.Join(dir, fmt.Sprintf("mpi%d.jsonl", tc.stage)), filepath.Join(dir, fmt.Sprintf("inproc%d.jsonl", tc.stage))
+			mpiLog, inLog := filepath.Join(dir, fmt.Sprintf("mpi%d_%d_%d.jsonl", tc.stage, tc.np, tc.mics)), filepath.Join(dir, fmt.Sprintf("inproc%d_%d_%d.jsonl", tc.stage, tc.np, tc.mics))
 			start := time.Now()
 			out, err := job(tc.np, append(args, "--json-log", mpiLog)...)
 			if err != nil {

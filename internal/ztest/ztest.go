@@ -61,6 +61,9 @@ type Run struct {
 	Accts   []*mem.Accountant // per rank, after the run
 	Warns   []string          // rank 0's engine warnings
 	Traffic []comm.Traffic    // per rank
+	// GroupTraffic is, per rank, what a hybrid stage 3 moved within its
+	// shard group and across the replica groups during training.
+	GroupTraffic [][2]comm.Traffic
 }
 
 // Plan compiles js for a world of n ranks.
@@ -92,7 +95,8 @@ func RunMLPWith(plan dsconfig.Plan, steps int, v zero.Version, d MLPData, inject
 	if err != nil {
 		return Run{}, err
 	}
-	run := Run{Micro: make([][][]float32, steps), Accts: make([]*mem.Accountant, world), Traffic: make([]comm.Traffic, world)}
+	run := Run{Micro: make([][][]float32, steps), Accts: make([]*mem.Accountant, world), Traffic: make([]comm.Traffic, world),
+		GroupTraffic: make([][2]comm.Traffic, world)}
 	for s := range run.Micro {
 		run.Micro[s] = make([][]float32, world)
 		for r := range run.Micro[s] {
@@ -152,6 +156,11 @@ func RunMLPWith(plan dsconfig.Plan, steps int, v zero.Version, d MLPData, inject
 			if r == 0 {
 				run.Stats = append(run.Stats, st)
 			}
+		}
+		if g, ok := eng.Strategy().(interface {
+			GroupTraffic() (shard, replicas comm.Traffic)
+		}); ok {
+			run.GroupTraffic[r][0], run.GroupTraffic[r][1] = g.GroupTraffic()
 		}
 		full := make([]float32, d.Layout.Numel)
 		if err := eng.GatherMaster(full); err != nil {
