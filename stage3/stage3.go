@@ -50,6 +50,17 @@ type Config struct {
 	// Warn receives a warning when a step's unit order departs from the
 	// recorded trace (prefetch then falls back to fetching on demand).
 	Warn func(msg string)
+	// OptimizerTier is where the fp32 master and gradient partitions and
+	// the optimizer state live: mem.Device, or mem.PinnedHost with
+	// offload_optimizer cpu (ZeRO-Offload: the step runs on the host).
+	// The optimizer's own state is allocated by NewOptimizer, which the
+	// engine builds for the same tier.
+	OptimizerTier mem.Tier
+	// ParamTier is where the rank's parameter partitions live between
+	// gathers: mem.Device, or mem.PinnedHost with offload_param cpu. The
+	// partitions of persistent parameters stay on the device, as in
+	// DeepSpeed.
+	ParamTier mem.Tier
 	// Replicas, for hybrid sharding (FSDP HYBRID_SHARD, DeepSpeed MiCS),
 	// connects this rank with the ranks that hold the same partitions in
 	// the other shard groups: the strategy's own communicator is then its
@@ -86,6 +97,7 @@ type Strategy struct {
 	waits        Waits // since the last TakeWaits
 	steps        int   // optimizer steps taken
 	persistBytes int64 // the persistent parameters, always gathered (mem.Gathered)
+	workOnDevice int   // elements of work accounted on the device (the persistent partitions)
 
 	norms, scratch []float64
 	sums           []float64 // per sub-group Σ norm², all-reduced
@@ -134,20 +146,33 @@ func New(o zcore.Options, c Config) (_ *Strategy, err error) {
 	}
 
 	n := s.lay.RankNumel
-	if s.work, err = o.Acct.F32(mem.Params16, mem.Device, n); err != nil {
-		return nil, fmt.Errorf("stage 3: parameter partitions (%d elements): %w", n, err)
+	// The parameter partitions: the persistent ones on the device, the
+	// rest in ParamTier (one buffer, accounted in each tier).
+	for i, p := range s.persist {
+		if p {
+			s.workOnDevice += s.lay.PartitionSizes[i]
+		}
 	}
+	if err := o.Acct.Reserve(mem.Params16, mem.Device, 4*int64(s.workOnDevice)); err != nil {
+		err = fmt.Errorf("stage 3: persistent parameter partitions (%d elements): %w", s.workOnDevice, err)
+		s.workOnDevice = 0
+		return nil, err
+	}
+	if err := o.Acct.Reserve(mem.Params16, c.ParamTier, 4*int64(n-s.workOnDevice)); err != nil {
+		return nil, fmt.Errorf("stage 3: parameter partitions (%d elements): %w", n-s.workOnDevice, err)
+	}
+	s.work = make([]float32, n)
 	if err := s.initPartitions(); err != nil {
 		return nil, err
 	}
 	if o.Round != nil {
 		o.Round(s.work)
 	}
-	if s.master, err = o.Acct.F32(mem.MasterParams, mem.Device, n); err != nil {
+	if s.master, err = o.Acct.F32(mem.MasterParams, c.OptimizerTier, n); err != nil {
 		return nil, fmt.Errorf("stage 3: fp32 master partitions (%d elements): %w", n, err)
 	}
 	copy(s.master, s.work)
-	if s.grad, err = o.Acct.F32(mem.Grads, mem.Device, n); err != nil {
+	if s.grad, err = o.Acct.F32(mem.Grads, c.OptimizerTier, n); err != nil {
 		return nil, fmt.Errorf("stage 3: gradient partitions (%d elements): %w", n, err)
 	}
 	for g := range s.lay.SubGroups {
@@ -422,12 +447,18 @@ func (s *Strategy) Close() {
 		opt.Free()
 	}
 	s.opts = nil
+	if s.work != nil {
+		s.o.Acct.Release(mem.Params16, s.c.ParamTier, 4*int64(len(s.work)-s.workOnDevice))
+		s.work = nil
+	}
+	s.o.Acct.Release(mem.Params16, mem.Device, 4*int64(s.workOnDevice))
+	s.workOnDevice = 0
 	for _, b := range []struct {
 		c mem.Category
 		p *[]float32
-	}{{mem.Params16, &s.work}, {mem.MasterParams, &s.master}, {mem.Grads, &s.grad}} {
+	}{{mem.MasterParams, &s.master}, {mem.Grads, &s.grad}} {
 		if *b.p != nil {
-			s.o.Acct.FreeF32(b.c, mem.Device, *b.p)
+			s.o.Acct.FreeF32(b.c, s.c.OptimizerTier, *b.p)
 			*b.p = nil
 		}
 	}

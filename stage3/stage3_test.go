@@ -221,3 +221,38 @@ func TestHybridSharding(t *testing.T) {
 		}
 	}
 }
+
+// TestOffloadCPU: offload_optimizer cpu puts the fp32 master and
+// gradient partitions and the optimizer state in the pinned-host tier,
+// offload_param cpu the parameter partitions too (the persistent ones stay
+// on the device); training is bit-identical to no offload.
+func TestOffloadCPU(t *testing.T) {
+	d := ztest.MustLoadMLP(t, mlpRef)
+	k := variants()[6] // some persistent parameters, prefetch
+	base := run(t, d, k.json(3, 2, 2), 2, k)
+	for _, off := range []string{`"offload_optimizer": {"device": "cpu"}`, `"offload_optimizer": {"device": "cpu"}, "offload_param": {"device": "cpu"}`} {
+		js := strings.Replace(k.json(3, 2, 2), `"stage": 3,`, `"stage": 3, `+off+`,`, 1)
+		js = strings.Replace(js, `"gradient_clipping": 1.0,`, `"gradient_clipping": 1.0, "zero_force_ds_cpu_optimizer": false,`, 1)
+		got := run(t, d, js, 2, k)
+		if !slices.Equal(got.Final, base.Final) || !slices.Equal(got.Losses, base.Losses) {
+			t.Errorf("%s: training differs from no offload", off)
+		}
+		s := got.Accts[0].Snapshot()
+		host := func(c mem.Category) int64 { return s.PeakBytes(mem.PinnedHost, c) }
+		dev := func(c mem.Category) int64 { return s.PeakBytes(mem.Device, c) }
+		b := base.Accts[0].Snapshot()
+		for _, c := range []mem.Category{mem.MasterParams, mem.Grads, mem.OptimState} {
+			if host(c) != b.PeakBytes(mem.Device, c) || dev(c) != 0 {
+				t.Errorf("%s: %v on the host %d, on the device %d; want all %d on the host", off, c, host(c), dev(c), b.PeakBytes(mem.Device, c))
+			}
+		}
+		p16 := b.PeakBytes(mem.Device, mem.Params16)
+		if strings.Contains(off, "offload_param") {
+			if host(mem.Params16) == 0 || host(mem.Params16)+dev(mem.Params16) != p16 || dev(mem.Params16) == 0 {
+				t.Errorf("%s: parameter partitions %d on the host, %d on the device (persistent), of %d", off, host(mem.Params16), dev(mem.Params16), p16)
+			}
+		} else if dev(mem.Params16) != p16 {
+			t.Errorf("%s: parameter partitions %d on the device, want %d", off, dev(mem.Params16), p16)
+		}
+	}
+}

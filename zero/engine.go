@@ -116,7 +116,7 @@ func NewEngine(plan dsconfig.Plan, o Options) (*Engine, error) {
 		e.pool.Close()
 		return nil, err
 	}
-	alloc := optim.Alloc{Acct: o.Acct, Tier: mem.Device}
+	alloc := optim.Alloc{Acct: o.Acct, Tier: optimizerTier(plan)}
 	so := StrategyOptions{Ctx: o.Ctx, Comm: c, Acct: o.Acct, Layout: o.Layout, Init: o.Init, InitFunc: o.InitFunc,
 		Round: e.Round(), Clip: plan.GradientClipping, Average: averaging(plan),
 		BucketSize: int(plan.Zero.ReduceBucketSize), Overlap: plan.Zero.OverlapComm, Pool: e.pool,
@@ -179,6 +179,15 @@ func newStage3(plan dsconfig.Plan, o Options, so StrategyOptions, c comm.Comm) (
 	return stage3.New(so, cfg)
 }
 
+// optimizerTier is where the optimizer state lives: the pinned host with
+// offload_optimizer cpu at stage 3 (ZeRO-Offload), the device otherwise.
+func optimizerTier(plan dsconfig.Plan) mem.Tier {
+	if plan.Zero.Stage == 3 && plan.Zero.OffloadOptimizer.Device == dsconfig.OffloadCPU {
+		return mem.PinnedHost
+	}
+	return mem.Device
+}
+
 // stage3Config is stage 3's part of the plan (and of FSDP's knobs).
 func stage3Config(plan dsconfig.Plan, o Options) stage3.Config {
 	z := plan.Zero
@@ -187,6 +196,10 @@ func stage3Config(plan dsconfig.Plan, o Options) stage3.Config {
 		MaxReuseDistance: int(z.MaxReuseDistance), ParamPersistenceThreshold: z.ParamPersistenceThreshold,
 		ModelPersistenceThreshold: z.ModelPersistenceThreshold, SubGroupSize: int(z.SubGroupSize),
 		KeepAfterForward: o.KeepAfterForward, Wrap: stage3.WrapPolicy{MinNumParams: o.WrapMinNumParams}, Warn: o.Warn,
+		OptimizerTier: optimizerTier(plan), ParamTier: mem.Device,
+	}
+	if z.OffloadParam.Device == dsconfig.OffloadCPU {
+		c.ParamTier = mem.PinnedHost
 	}
 	if !plan.PrescaleGradients {
 		c.PredivideFactor = plan.GradientPredivideFactor
@@ -227,11 +240,17 @@ func CheckPlan(plan dsconfig.Plan) (warns []string, err error) {
 	if z.Stage == 3 && z.HPZPartitionSize > 1 {
 		refuse("zero_optimization.zero_hpz_partition_size %d: ZeRO++ hierarchical partitioning is not implemented yet; remove it (or use mics_shard_size for sharding within groups)", z.HPZPartitionSize)
 	}
-	if z.Stage == 3 && z.OffloadParam.Device != dsconfig.OffloadNone {
-		refuse("zero_optimization.offload_param.device %q: parameter offload is not implemented yet; remove offload_param", z.OffloadParam.Device)
+	if z.Stage == 3 && z.OffloadParam.Device == dsconfig.OffloadNVMe {
+		refuse(`zero_optimization.offload_param.device "nvme": parameter offload to NVMe is not implemented yet; use "cpu" or remove offload_param`)
 	}
-	if z.Stage >= 1 && z.OffloadOptimizer.Device != dsconfig.OffloadNone {
-		refuse("zero_optimization.offload_optimizer.device %q: optimizer offload is not implemented yet; remove offload_optimizer", z.OffloadOptimizer.Device)
+	switch off := z.OffloadOptimizer; {
+	case z.Stage == 0 || off.Device == dsconfig.OffloadNone:
+	case off.Device == dsconfig.OffloadNVMe:
+		refuse(`zero_optimization.offload_optimizer.device "nvme": optimizer offload to NVMe is not implemented yet; use "cpu" or remove offload_optimizer`)
+	case z.Stage < 3:
+		refuse("zero_optimization.offload_optimizer.device %q: optimizer offload at stage %d is not implemented yet (it runs at stage 3); remove offload_optimizer or use stage 3", off.Device, z.Stage)
+	case off.Ratio != 1:
+		refuse("zero_optimization.offload_optimizer.ratio %g: partial optimizer offload is not implemented yet; set it to 1 or remove it", off.Ratio)
 	}
 	if z.Stage >= 1 && z.RoundRobinGradients {
 		refuse("zero_optimization.round_robin_gradients: not implemented yet (it reorders the flat buffer, which moves the partitions and the norm's summation order); set it to false")
