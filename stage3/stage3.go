@@ -10,6 +10,7 @@ import (
 	"github.com/dszero/dszero/internal/zcore"
 	"github.com/dszero/dszero/mem"
 	"github.com/dszero/dszero/model"
+	"github.com/dszero/dszero/nvme"
 	"github.com/dszero/dszero/zero/lossscale"
 	"github.com/dszero/dszero/zero/optim"
 	"github.com/dszero/dszero/zero/partition"
@@ -61,6 +62,11 @@ type Config struct {
 	// partitions of persistent parameters stay on the device, as in
 	// DeepSpeed.
 	ParamTier mem.Tier
+	// Swap, when set, keeps the fp32 master partitions and the optimizer
+	// state in swap files between steps (offload_optimizer nvme): it makes
+	// the swapper, given the largest sub-group's and all the swap files'
+	// bytes. The strategy closes it.
+	Swap func(largestBytes, totalBytes int64) (*nvme.Swapper, error)
 	// Replicas, for hybrid sharding (FSDP HYBRID_SHARD, DeepSpeed MiCS),
 	// connects this rank with the ranks that hold the same partitions in
 	// the other shard groups: the strategy's own communicator is then its
@@ -94,10 +100,11 @@ type Strategy struct {
 	f fetcher
 	r reducer
 
-	waits        Waits // since the last TakeWaits
-	steps        int   // optimizer steps taken
-	persistBytes int64 // the persistent parameters, always gathered (mem.Gathered)
-	workOnDevice int   // elements of work accounted on the device (the persistent partitions)
+	waits        Waits      // since the last TakeWaits
+	steps        int        // optimizer steps taken
+	persistBytes int64      // the persistent parameters, always gathered (mem.Gathered)
+	workOnDevice int        // elements of work accounted on the device (the persistent partitions)
+	swap         *swapState // offload_optimizer nvme; nil otherwise
 
 	norms, scratch []float64
 	sums           []float64 // per sub-group Σ norm², all-reduced
@@ -168,19 +175,25 @@ func New(o zcore.Options, c Config) (_ *Strategy, err error) {
 	if o.Round != nil {
 		o.Round(s.work)
 	}
-	if s.master, err = o.Acct.F32(mem.MasterParams, c.OptimizerTier, n); err != nil {
-		return nil, fmt.Errorf("stage 3: fp32 master partitions (%d elements): %w", n, err)
-	}
-	copy(s.master, s.work)
 	if s.grad, err = o.Acct.F32(mem.Grads, c.OptimizerTier, n); err != nil {
 		return nil, fmt.Errorf("stage 3: gradient partitions (%d elements): %w", n, err)
 	}
-	for g := range s.lay.SubGroups {
-		opt, err := o.NewOptimizer(s.lay.SubGroupNumel(g))
-		if err != nil {
+	if c.Swap != nil {
+		if err := s.initSwap(); err != nil {
 			return nil, err
 		}
-		s.opts = append(s.opts, opt)
+	} else {
+		if s.master, err = o.Acct.F32(mem.MasterParams, c.OptimizerTier, n); err != nil {
+			return nil, fmt.Errorf("stage 3: fp32 master partitions (%d elements): %w", n, err)
+		}
+		copy(s.master, s.work)
+		for g := range s.lay.SubGroups {
+			opt, err := o.NewOptimizer(s.lay.SubGroupNumel(g))
+			if err != nil {
+				return nil, err
+			}
+			s.opts = append(s.opts, opt)
+		}
 	}
 	if s.full, err = zcore.NewPages(s.l.Numel); err != nil {
 		return nil, fmt.Errorf("stage 3: gathered parameter buffer: %w", err)
@@ -283,11 +296,25 @@ func (s *Strategy) ModelBuffers() ([]float32, []float32) { return s.full.F32(), 
 // MasterParams is the rank's fp32 master partitions, every parameter's
 // partition in order with its padding (partition.Stage3Layout); the offset
 // is 0: a stage 3 partition is not one range of the flat buffer.
-func (s *Strategy) MasterParams() (int, []float32) { return 0, s.master }
+func (s *Strategy) MasterParams() (int, []float32) {
+	if s.swap == nil {
+		return 0, s.master
+	}
+	m := make([]float32, s.lay.RankNumel) // read back from the swap files
+	if err := s.swappedMaster(m); err != nil {
+		return 0, nil
+	}
+	return 0, m
+}
 
 // Optimizer is the optimizer of the first sub-group (all of them share
 // their hyperparameters); Optimizers lists every sub-group's.
-func (s *Strategy) Optimizer() optim.Optimizer { return s.opts[0] }
+func (s *Strategy) Optimizer() optim.Optimizer {
+	if len(s.opts) == 0 {
+		return nil // on NVMe between steps
+	}
+	return s.opts[0]
+}
 
 // Optimizers are the sub-groups' optimizers, in order.
 func (s *Strategy) Optimizers() []optim.Optimizer { return s.opts }
@@ -370,10 +397,19 @@ func (s *Strategy) step(in zcore.StepInput) (zcore.StepResult, error) {
 	factor := optim.Zero3UnscaleFactor(total, in.LossScale, o.Clip)
 	for g := range s.lay.SubGroups {
 		lo, n := s.lay.SubGroupOffset(g), s.lay.SubGroupNumel(g)
-		grad, master := s.grad[lo:lo+n], s.master[lo:lo+n]
+		grad := s.grad[lo : lo+n]
 		o.Pool.Scale(grad, factor)
-		in.SetHyperparams(s.opts[g])
-		s.opts[g].Step(master, grad)
+		var master []float32
+		if s.swap != nil {
+			var err error
+			if master, err = s.stepSwapped(g, grad, in.SetHyperparams); err != nil {
+				return zcore.StepResult{}, err
+			}
+		} else {
+			master = s.master[lo : lo+n]
+			in.SetHyperparams(s.opts[g])
+			s.opts[g].Step(master, grad)
+		}
 		work := s.work[lo : lo+n]
 		copy(work, master)
 		if o.Round != nil {
@@ -430,8 +466,20 @@ func (s *Strategy) GatherMaster(dst []float32) error {
 	if len(dst) != s.l.Numel {
 		return fmt.Errorf("stage 3: GatherMaster into %d elements for a model of %d", len(dst), s.l.Numel)
 	}
+	master := s.master
+	if s.swap != nil {
+		tmp, err := s.o.Acct.F32(mem.Temp, s.c.OptimizerTier, s.lay.RankNumel)
+		if err != nil {
+			return fmt.Errorf("stage 3: reading the fp32 master partitions back: %w", err)
+		}
+		defer s.o.Acct.FreeF32(mem.Temp, s.c.OptimizerTier, tmp)
+		if err := s.swappedMaster(tmp); err != nil {
+			return err
+		}
+		master = tmp
+	}
 	for u := range s.l.Units {
-		if err := s.f.gatherUnit(dst, s.master, u); err != nil {
+		if err := s.f.gatherUnit(dst, master, u); err != nil {
 			return fmt.Errorf("stage 3: gathering the fp32 master parameters of unit %q: %w", s.l.Units[u].Name, err)
 		}
 	}
@@ -447,6 +495,10 @@ func (s *Strategy) Close() {
 		opt.Free()
 	}
 	s.opts = nil
+	if s.swap != nil {
+		s.swap.close(s.o.Acct, s.c.OptimizerTier)
+		s.swap = nil
+	}
 	if s.work != nil {
 		s.o.Acct.Release(mem.Params16, s.c.ParamTier, 4*int64(len(s.work)-s.workOnDevice))
 		s.work = nil

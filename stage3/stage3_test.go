@@ -1,17 +1,21 @@
 package stage3_test
 
 import (
+	"errors"
 	"fmt"
 	"math"
 	"slices"
 	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/dszero/dszero/comm"
 	"github.com/dszero/dszero/internal/ztest"
 	"github.com/dszero/dszero/mem"
+	"github.com/dszero/dszero/nvme"
 	"github.com/dszero/dszero/zero"
 	"github.com/dszero/dszero/zero/lrsched"
+	"github.com/dszero/dszero/zero/partition"
 )
 
 const mlpRef = "../model/mlp/testdata/"
@@ -255,4 +259,79 @@ func TestOffloadCPU(t *testing.T) {
 			t.Errorf("%s: parameter partitions %d on the device, want %d", off, dev(mem.Params16), p16)
 		}
 	}
+}
+
+// TestOffloadNVMe: offload_optimizer nvme keeps each sub-group's fp32
+// master and optimizer state in swap files between steps and reads one
+// sub-group in at a time; training is bit-identical to keeping them in
+// memory, for Adam and for SGD with momentum (whose state appears at the
+// first step), with one sub-group or several. The optimizer state's peak
+// in memory is one sub-group's; the files are in the NVMe tier. A disk
+// that fills up fails with an error naming the swap file.
+func TestOffloadNVMe(t *testing.T) {
+	d := ztest.MustLoadMLP(t, mlpRef)
+	k := variants()[9] // sub-groups of 1000 elements
+	for _, opt := range []string{`"type": "AdamW", "params": {"torch_adam": true, "lr": 1e-3, "betas": [0.9, 0.999], "eps": 1e-8, "weight_decay": 0.01}`,
+		`"type": "SGD", "params": {"lr": 1e-2, "momentum": 0.9}`} {
+		for _, sub := range []int64{1000, 1000000000} {
+			k.subGrp = sub
+			js := k.json(3, 2, 2)
+			a := strings.Index(js, `"optimizer": {`)
+			b := strings.Index(js, `"scheduler"`)
+			js = js[:a] + `"zero_allow_untested_optimizer": true, "optimizer": {` + opt + `},` + "\n  " + js[b:]
+			base := run(t, d, js, 2, k)
+			js = strings.Replace(js, `"stage": 3,`, `"stage": 3, "offload_optimizer": {"device": "nvme", "nvme_path": "/", "buffer_count": 2},`, 1)
+			js = strings.Replace(js, `"gradient_clipping": 1.0,`, `"gradient_clipping": 1.0, "zero_force_ds_cpu_optimizer": false,`, 1)
+			plan, err := ztest.Plan(js, 2)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, err := ztest.RunMLPWith(plan, 4, lrsched.DeepSpeed0195, d, nil, func(o *zero.Options) { o.SwapFS = nvme.NewMemFS(0) })
+			if err != nil {
+				t.Fatal(err)
+			}
+			name := fmt.Sprintf("%.20s…/sub_group_size %d", opt, sub)
+			if !slices.Equal(got.Final, base.Final) || !slices.Equal(got.Losses, base.Losses) {
+				t.Errorf("%s: NVMe offload changed the training", name)
+			}
+			// In memory at once: the swap buffers (buffer_count 2 of the
+			// largest sub-group, 4 KiB-aligned) and one sub-group's state.
+			lay := partition.Stage3(params(d), 2, int(sub))
+			largest, states := 0, int64(2)
+			for g := range lay.SubGroups {
+				largest = max(largest, lay.SubGroupNumel(g))
+			}
+			if strings.Contains(opt, "SGD") {
+				states = 1
+			}
+			pool := 2 * ((4*int64(largest) + 4095) / 4096 * 4096)
+			s := got.Accts[0].Snapshot()
+			if inMem, want := s.PeakBytes(mem.PinnedHost, mem.OptimState), pool+states*4*int64(largest); inMem != want || s.PeakBytes(mem.Device, mem.OptimState) != 0 {
+				t.Errorf("%s: %d bytes of optimizer state in memory at once, want %d (buffers %d + one sub-group of %d)", name, inMem, want, pool, largest)
+			}
+			if s.PeakBytes(mem.NVMe, mem.OptimState) < states*4*int64(lay.RankNumel) {
+				t.Errorf("%s: %d bytes in the NVMe tier, want at least the state's %d", name, s.PeakBytes(mem.NVMe, mem.OptimState), states*4*int64(lay.RankNumel))
+			}
+		}
+	}
+	// A full disk: writing a sub-group's state fails, naming the file.
+	js := strings.Replace(k.json(3, 2, 2), `"stage": 3,`, `"stage": 3, "offload_optimizer": {"device": "nvme", "nvme_path": "/"},`, 1)
+	plan, err := ztest.Plan(js, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fsys := nvme.NewFaultFS(nvme.NewMemFS(0), nvme.Fault{Ops: nvme.OpWrite, Path: "subgroup0.exp_avg", Err: syscall.ENOSPC})
+	_, err = ztest.RunMLPWith(plan, 2, lrsched.DeepSpeed0195, d, nil, func(o *zero.Options) { o.SwapFS = fsys })
+	t.Logf("a full disk: %v", err)
+	if err == nil || !strings.Contains(err.Error(), "subgroup0.exp_avg") || !errors.Is(err, syscall.ENOSPC) {
+		t.Errorf("a full disk: %v", err)
+	}
+}
+
+func params(d ztest.MLPData) []partition.Param {
+	ps := make([]partition.Param, len(d.Layout.Specs))
+	for i, sp := range d.Layout.Specs {
+		ps[i] = partition.Param{Name: sp.Name, Numel: sp.Numel}
+	}
+	return ps
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/dszero/dszero/internal/zcore"
 	"github.com/dszero/dszero/mem"
 	"github.com/dszero/dszero/model"
+	"github.com/dszero/dszero/nvme"
 	"github.com/dszero/dszero/stage1"
 	"github.com/dszero/dszero/stage2"
 	"github.com/dszero/dszero/stage3"
@@ -59,6 +60,9 @@ type Options struct {
 	// many consecutive ranks and replicates it across the groups (FSDP
 	// HYBRID_SHARD); 0 takes the plan's mics_shard_size (DeepSpeed MiCS).
 	ShardGroupSize int
+	// SwapFS is the filesystem of NVMe offload's swap files (nil: the
+	// operating system's, with O_DIRECT); tests inject faults through it.
+	SwapFS nvme.FS
 }
 
 // Engine is one rank's training state: strategy, optimizer, scheduler and
@@ -154,6 +158,20 @@ func NewEngine(plan dsconfig.Plan, o Options) (*Engine, error) {
 // the ranks at the same place in the other groups.
 func newStage3(plan dsconfig.Plan, o Options, so StrategyOptions, c comm.Comm) (*stage3.Strategy, error) {
 	cfg := stage3Config(plan, o)
+	if plan.Zero.OffloadOptimizer.Device == dsconfig.OffloadNVMe {
+		rank := c.Rank()
+		cfg.Swap = func(largest, total int64) (*nvme.Swapper, error) {
+			opts, err := nvme.OptimizerOptions(plan, rank, largest, total)
+			if err != nil {
+				return nil, err
+			}
+			fsys := o.SwapFS
+			if fsys == nil {
+				fsys = nvme.NewOSFS()
+			}
+			return nvme.New(fsys, o.Acct, opts)
+		}
+	}
 	g := o.ShardGroupSize
 	if g == 0 && plan.Zero.MiCSShardSize > 0 {
 		g = int(plan.Zero.MiCSShardSize)
@@ -180,9 +198,10 @@ func newStage3(plan dsconfig.Plan, o Options, so StrategyOptions, c comm.Comm) (
 }
 
 // optimizerTier is where the optimizer state lives: the pinned host with
-// offload_optimizer cpu at stage 3 (ZeRO-Offload), the device otherwise.
+// offload_optimizer cpu at stage 3 (ZeRO-Offload) — and with nvme, while a
+// sub-group is read in for its step — the device otherwise.
 func optimizerTier(plan dsconfig.Plan) mem.Tier {
-	if plan.Zero.Stage == 3 && plan.Zero.OffloadOptimizer.Device == dsconfig.OffloadCPU {
+	if plan.Zero.Stage == 3 && plan.Zero.OffloadOptimizer.Device != dsconfig.OffloadNone {
 		return mem.PinnedHost
 	}
 	return mem.Device
@@ -245,8 +264,6 @@ func CheckPlan(plan dsconfig.Plan) (warns []string, err error) {
 	}
 	switch off := z.OffloadOptimizer; {
 	case z.Stage == 0 || off.Device == dsconfig.OffloadNone:
-	case off.Device == dsconfig.OffloadNVMe:
-		refuse(`zero_optimization.offload_optimizer.device "nvme": optimizer offload to NVMe is not implemented yet; use "cpu" or remove offload_optimizer`)
 	case z.Stage < 3:
 		refuse("zero_optimization.offload_optimizer.device %q: optimizer offload at stage %d is not implemented yet (it runs at stage 3); remove offload_optimizer or use stage 3", off.Device, z.Stage)
 	case off.Ratio != 1:

@@ -6,6 +6,8 @@ import (
 
 	"github.com/dszero/dszero/internal/ztest"
 	"github.com/dszero/dszero/model"
+	"github.com/dszero/dszero/nvme"
+	"github.com/dszero/dszero/zero"
 	"github.com/dszero/dszero/zero/lrsched"
 )
 
@@ -13,8 +15,9 @@ import (
 // ZeRO-3 runs with the optimizer (and the parameters) offloaded to the CPU:
 // with zero_force_ds_cpu_optimizer false they keep torch's AdamW and end
 // on stage 2's weights; without it DeepSpeed builds DeepSpeedCPUAdam (its
-// own fp32 arithmetic), and dszero does too. Same tolerances as
-// TestDeepSpeedParityMLP.
+// own fp32 arithmetic), and dszero does too; with NVMe it swaps the
+// sub-group's state through files and ends where DeepSpeedCPUAdam does.
+// Same tolerances as TestDeepSpeedParityMLP.
 func TestDeepSpeedParityMLPOffload(t *testing.T) {
 	d := loadMLP(t)
 	for _, tc := range []struct {
@@ -23,6 +26,7 @@ func TestDeepSpeedParityMLPOffload(t *testing.T) {
 		{"z3_offcpu_fp32", `"offload_optimizer": {"device": "cpu"}`, `"zero_force_ds_cpu_optimizer": false,`, "testdata/mlp_z2_fp32_final_fp32.safetensors"},
 		{"z3_offcpu_param_fp32", `"offload_optimizer": {"device": "cpu"}, "offload_param": {"device": "cpu"}`, `"zero_force_ds_cpu_optimizer": false,`, "testdata/mlp_z2_fp32_final_fp32.safetensors"},
 		{"z3_offcpu_fp32_dscpuadam", `"offload_optimizer": {"device": "cpu"}`, ``, "testdata/mlp_z3_offcpu_fp32_dscpuadam_final_fp32.safetensors"},
+		{"z3_offnvme_fp32", `"offload_optimizer": {"device": "nvme", "nvme_path": "/"}`, ``, "testdata/mlp_z3_offcpu_fp32_dscpuadam_final_fp32.safetensors"},
 	} {
 		t.Run(tc.run, func(t *testing.T) {
 			ref, err := ztest.ReadDSResult("testdata/mlp_" + tc.run + "_result.json")
@@ -47,10 +51,11 @@ func TestDeepSpeedParityMLPOffload(t *testing.T) {
 			if tc.top == "" {
 				wantImpl = "DeepSpeedCPUAdam"
 			}
-			if plan.Optimizer.Impl != wantImpl || plan.Zero.OffloadOptimizer.Device != "cpu" || plan.Zero.Stage != 3 {
+			if plan.Optimizer.Impl != wantImpl || plan.Zero.OffloadOptimizer.Device == "none" || plan.Zero.Stage != 3 {
 				t.Fatalf("the config compiled to %s, stage %d, offload %q", plan.Optimizer.Impl, plan.Zero.Stage, plan.Zero.OffloadOptimizer.Device)
 			}
-			got, err := ztest.RunMLP(plan, 10, lrsched.DeepSpeed0145, d, nil)
+			// NVMe swap files go to an in-memory filesystem here.
+			got, err := ztest.RunMLPWith(plan, 10, lrsched.DeepSpeed0145, d, nil, func(o *zero.Options) { o.SwapFS = nvme.NewMemFS(0) })
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -263,13 +263,19 @@ func runTrain(args []string, stdout, stderr io.Writer) (code int) {
 		if nproc > 1 {
 			who = fmt.Sprintf(" (rank %d)", r)
 		}
-		fmt.Fprintf(stdout, "peak device memory%s %s:", who, mem.FormatBytes(s.PeakTotal[mem.Device]))
-		for _, c := range mem.Categories() {
-			if v := s.PeakBytes(mem.Device, c); v > 0 {
-				fmt.Fprintf(stdout, " %s %s,", c, mem.FormatBytes(v))
+		for _, tier := range mem.Tiers() {
+			if tier != mem.Device && s.PeakTotal[tier] == 0 {
+				continue
 			}
+			var parts []string
+			for _, c := range mem.Categories() {
+				if v := s.PeakBytes(tier, c); v > 0 {
+					parts = append(parts, fmt.Sprintf("%s %s", c, mem.FormatBytes(v)))
+				}
+			}
+			what := map[mem.Tier]string{mem.Device: "device memory", mem.PinnedHost: "pinned host memory", mem.NVMe: "NVMe swap files"}[tier]
+			fmt.Fprintf(stdout, "peak %s%s %s: %s\n", what, who, mem.FormatBytes(s.PeakTotal[tier]), strings.Join(parts, ", "))
 		}
-		fmt.Fprintln(stdout)
 	}
 	return 0
 }
