@@ -124,7 +124,7 @@ func (f *fetcher) issue(g int) error {
 		if s.persist[i] {
 			continue
 		}
-		sp, ps, off := &s.l.Specs[i], s.lay.PartitionSizes[i], s.lay.Offsets[i]
+		sp, ps := &s.l.Specs[i], s.lay.PartitionSizes[i]
 		var out []float32
 		if sp.Numel%s.world == 0 {
 			out = full[sp.Offset : sp.Offset+sp.Numel]
@@ -139,7 +139,12 @@ func (f *fetcher) issue(g int) error {
 			out = buf
 		}
 		mine := out[s.rank*ps : (s.rank+1)*ps]
-		copy(mine, s.work[off:off+ps])
+		if err := s.readPartition(i, mine); err != nil {
+			st.flight = fl // landed (and its buffers returned) by Close
+			f.live += n
+			f.flying += n
+			return err
+		}
 		fl.hs = append(fl.hs, s.o.Comm.AllGather(s.o.Ctx, comm.F32(out), comm.F32(mine)))
 	}
 	st.flight = fl

@@ -67,6 +67,11 @@ type Config struct {
 	// the swapper, given the largest sub-group's and all the swap files'
 	// bytes. The strategy closes it.
 	Swap func(largestBytes, totalBytes int64) (*nvme.Swapper, error)
+	// ParamSwap, when set, keeps the partitions of the non-persistent
+	// parameters in swap files (offload_param nvme): it makes the swapper,
+	// given the largest partition's and all the files' bytes. The strategy
+	// closes it.
+	ParamSwap func(largestBytes, totalBytes int64) (*nvme.Swapper, error)
 	// Replicas, for hybrid sharding (FSDP HYBRID_SHARD, DeepSpeed MiCS),
 	// connects this rank with the ranks that hold the same partitions in
 	// the other shard groups: the strategy's own communicator is then its
@@ -105,6 +110,7 @@ type Strategy struct {
 	persistBytes int64      // the persistent parameters, always gathered (mem.Gathered)
 	workOnDevice int        // elements of work accounted on the device (the persistent partitions)
 	swap         *swapState // offload_optimizer nvme; nil otherwise
+	pswap        *paramSwap // offload_param nvme; nil otherwise
 
 	norms, scratch []float64
 	sums           []float64 // per sub-group Σ norm², all-reduced
@@ -165,10 +171,20 @@ func New(o zcore.Options, c Config) (_ *Strategy, err error) {
 		s.workOnDevice = 0
 		return nil, err
 	}
-	if err := o.Acct.Reserve(mem.Params16, c.ParamTier, 4*int64(n-s.workOnDevice)); err != nil {
-		return nil, fmt.Errorf("stage 3: parameter partitions (%d elements): %w", n-s.workOnDevice, err)
+	if c.ParamSwap != nil {
+		// On NVMe (the swapper accounts the files): work is resident only
+		// where it is being written.
+		s.pswap = &paramSwap{}
+		if s.pswap.pages, err = zcore.NewPages(n); err != nil {
+			return nil, fmt.Errorf("stage 3: parameter partitions: %w", err)
+		}
+		s.work = s.pswap.pages.F32()
+	} else {
+		if err := o.Acct.Reserve(mem.Params16, c.ParamTier, 4*int64(n-s.workOnDevice)); err != nil {
+			return nil, fmt.Errorf("stage 3: parameter partitions (%d elements): %w", n-s.workOnDevice, err)
+		}
+		s.work = make([]float32, n)
 	}
-	s.work = make([]float32, n)
 	if err := s.initPartitions(); err != nil {
 		return nil, err
 	}
@@ -200,6 +216,11 @@ func New(o zcore.Options, c Config) (_ *Strategy, err error) {
 	}
 	if s.grads, err = zcore.NewPages(s.l.Numel); err != nil {
 		return nil, fmt.Errorf("stage 3: gradient buffer: %w", err)
+	}
+	if s.pswap != nil {
+		if err := s.initParamSwap(); err != nil {
+			return nil, err
+		}
 	}
 	s.f.init(s)
 	s.r.init(s)
@@ -415,6 +436,12 @@ func (s *Strategy) step(in zcore.StepInput) (zcore.StepResult, error) {
 		if o.Round != nil {
 			o.Round(work)
 		}
+		if s.pswap != nil {
+			ids := s.lay.SubGroups[g]
+			if err := s.swapOutParams(ids[0], ids[len(ids)-1]); err != nil {
+				return zcore.StepResult{}, err
+			}
+		}
 	}
 	// _post_step: the persistent parameters are gathered again.
 	if err := s.f.gatherPersistent(); err != nil {
@@ -499,10 +526,13 @@ func (s *Strategy) Close() {
 		s.swap.close(s.o.Acct, s.c.OptimizerTier)
 		s.swap = nil
 	}
-	if s.work != nil {
+	if s.pswap != nil {
+		s.pswap.close()
+		s.pswap = nil
+	} else if s.work != nil {
 		s.o.Acct.Release(mem.Params16, s.c.ParamTier, 4*int64(len(s.work)-s.workOnDevice))
-		s.work = nil
 	}
+	s.work = nil
 	s.o.Acct.Release(mem.Params16, mem.Device, 4*int64(s.workOnDevice))
 	s.workOnDevice = 0
 	for _, b := range []struct {

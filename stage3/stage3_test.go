@@ -314,14 +314,36 @@ func TestOffloadNVMe(t *testing.T) {
 			}
 		}
 	}
+	// The parameters too (persistence 0: every partition in a file).
+	k = variants()[2]
+	base := run(t, d, k.json(3, 2, 2), 2, k)
+	js := strings.Replace(k.json(3, 2, 2), `"stage": 3,`, `"stage": 3, "offload_param": {"device": "nvme", "nvme_path": "/"},`, 1)
+	plan, err := ztest.Plan(js, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := ztest.RunMLPWith(plan, 4, lrsched.DeepSpeed0195, d, nil, func(o *zero.Options) { o.SwapFS = nvme.NewMemFS(0) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(got.Final, base.Final) || !slices.Equal(got.Losses, base.Losses) {
+		t.Errorf("offload_param nvme changed the training")
+	}
+	s := got.Accts[0].Snapshot()
+	if s.PeakBytes(mem.Device, mem.Params16) != 0 || s.PeakBytes(mem.NVMe, mem.Params16) < base.Accts[0].Snapshot().PeakBytes(mem.Device, mem.Params16) {
+		t.Errorf("parameter partitions: %d bytes on the device, %d on NVMe", s.PeakBytes(mem.Device, mem.Params16), s.PeakBytes(mem.NVMe, mem.Params16))
+	}
+
 	// A full disk: writing a sub-group's state fails, naming the file.
-	js := strings.Replace(k.json(3, 2, 2), `"stage": 3,`, `"stage": 3, "offload_optimizer": {"device": "nvme", "nvme_path": "/"},`, 1)
-	plan, err := ztest.Plan(js, 1)
+	k = variants()[9]
+	js = strings.Replace(k.json(3, 2, 2), `"stage": 3,`, `"stage": 3, "offload_optimizer": {"device": "nvme", "nvme_path": "/"},`, 1)
+	plan, err = ztest.Plan(js, 1)
 	if err != nil {
 		t.Fatal(err)
 	}
 	fsys := nvme.NewFaultFS(nvme.NewMemFS(0), nvme.Fault{Ops: nvme.OpWrite, Path: "subgroup0.exp_avg", Err: syscall.ENOSPC})
 	_, err = ztest.RunMLPWith(plan, 2, lrsched.DeepSpeed0195, d, nil, func(o *zero.Options) { o.SwapFS = fsys })
+	// (the whole run fails: a step cannot go on without its state)
 	t.Logf("a full disk: %v", err)
 	if err == nil || !strings.Contains(err.Error(), "subgroup0.exp_avg") || !errors.Is(err, syscall.ENOSPC) {
 		t.Errorf("a full disk: %v", err)

@@ -172,6 +172,24 @@ func newStage3(plan dsconfig.Plan, o Options, so StrategyOptions, c comm.Comm) (
 			return nvme.New(fsys, o.Acct, opts)
 		}
 	}
+	if plan.Zero.OffloadParam.Device == dsconfig.OffloadNVMe {
+		rank := c.Rank()
+		cfg.ParamSwap = func(largest, total int64) (*nvme.Swapper, error) {
+			opts, err := nvme.ParamOptions(plan, rank, 4, total)
+			if err != nil {
+				return nil, err
+			}
+			if largest > opts.BufferBytes {
+				return nil, fmt.Errorf("zero_optimization.offload_param.buffer_size %d elements is smaller than this rank's largest parameter partition (%d elements): raise buffer_size", plan.Zero.OffloadParam.BufferSize, largest/4)
+			}
+			opts.BufferBytes = largest // buffers of the largest partition suffice (DeepSpeed allocates buffer_size)
+			fsys := o.SwapFS
+			if fsys == nil {
+				fsys = nvme.NewOSFS()
+			}
+			return nvme.New(fsys, o.Acct, opts)
+		}
+	}
 	g := o.ShardGroupSize
 	if g == 0 && plan.Zero.MiCSShardSize > 0 {
 		g = int(plan.Zero.MiCSShardSize)
@@ -258,9 +276,6 @@ func CheckPlan(plan dsconfig.Plan) (warns []string, err error) {
 	refuse := func(format string, a ...any) { errs = append(errs, fmt.Errorf(format, a...)) }
 	if z.Stage == 3 && z.HPZPartitionSize > 1 {
 		refuse("zero_optimization.zero_hpz_partition_size %d: ZeRO++ hierarchical partitioning is not implemented yet; remove it (or use mics_shard_size for sharding within groups)", z.HPZPartitionSize)
-	}
-	if z.Stage == 3 && z.OffloadParam.Device == dsconfig.OffloadNVMe {
-		refuse(`zero_optimization.offload_param.device "nvme": parameter offload to NVMe is not implemented yet; use "cpu" or remove offload_param`)
 	}
 	switch off := z.OffloadOptimizer; {
 	case z.Stage == 0 || off.Device == dsconfig.OffloadNone:

@@ -27,6 +27,7 @@ func TestDeepSpeedParityMLPOffload(t *testing.T) {
 		{"z3_offcpu_param_fp32", `"offload_optimizer": {"device": "cpu"}, "offload_param": {"device": "cpu"}`, `"zero_force_ds_cpu_optimizer": false,`, "testdata/mlp_z2_fp32_final_fp32.safetensors"},
 		{"z3_offcpu_fp32_dscpuadam", `"offload_optimizer": {"device": "cpu"}`, ``, "testdata/mlp_z3_offcpu_fp32_dscpuadam_final_fp32.safetensors"},
 		{"z3_offnvme_fp32", `"offload_optimizer": {"device": "nvme", "nvme_path": "/"}`, ``, "testdata/mlp_z3_offcpu_fp32_dscpuadam_final_fp32.safetensors"},
+		{"z3_offnvme_param_fp32", `"offload_optimizer": {"device": "nvme", "nvme_path": "/"}, "offload_param": {"device": "nvme", "nvme_path": "/"}, "stage3_param_persistence_threshold": 0`, ``, "testdata/mlp_z3_offcpu_fp32_dscpuadam_final_fp32.safetensors"},
 	} {
 		t.Run(tc.run, func(t *testing.T) {
 			ref, err := ztest.ReadDSResult("testdata/mlp_" + tc.run + "_result.json")

@@ -25,7 +25,7 @@ func TestCheckPlan(t *testing.T) {
 		err   string // refused, naming this
 		warn  string // accepted with a warning naming this
 	}{
-		{`{` + opt + `, "zero_optimization": {"stage": 3, "offload_param": {"device": "nvme", "nvme_path": "/x"}}}`, 1, "offload_param", ""},
+		{`{` + opt + `, "zero_optimization": {"stage": 3, "offload_param": {"device": "nvme", "nvme_path": "/x"}}}`, 1, "", ""},
 		{`{` + opt + `, "zero_optimization": {"stage": 3, "offload_param": {"device": "cpu"}, "offload_optimizer": {"device": "cpu"}}}`, 2, "", ""},
 		{`{` + opt + `, "zero_optimization": {"stage": 3, "offload_optimizer": {"device": "nvme", "nvme_path": "/x"}}}`, 1, "", ""},
 		{`{` + opt + `, "zero_optimization": {"stage": 2, "offload_optimizer": {"device": "nvme", "nvme_path": "/x"}}}`, 1, "offload_optimizer", ""},

@@ -19,7 +19,7 @@ func TestTrainBadInputs(t *testing.T) {
 	os.MkdirAll(badModel, 0o755)
 	os.WriteFile(filepath.Join(badModel, "config.json"), []byte(`{"n_embd": 64, "n_layer": 1, "n_head": 4, "n_positions": 32, "vocab_size": 256}`), 0o644)
 	stage3 := filepath.Join(dir, "z3.json")
-	os.WriteFile(stage3, []byte(`{"train_micro_batch_size_per_gpu": 2, "optimizer": {"type": "AdamW"}, "zero_optimization": {"stage": 3, "offload_param": {"device": "nvme", "nvme_path": "/nonexistent"}}}`), 0o644)
+	os.WriteFile(stage3, []byte(`{"train_micro_batch_size_per_gpu": 2, "optimizer": {"type": "AdamW"}, "zero_optimization": {"stage": 3, "stage3_param_persistence_threshold": 0, "offload_param": {"device": "nvme", "nvme_path": "/nonexistent"}}}`), 0o644)
 	cases := []struct {
 		args []string
 		want string
@@ -30,7 +30,7 @@ func TestTrainBadInputs(t *testing.T) {
 		{[]string{"--model", badModel}, "model.safetensors"},
 		{[]string{"--seq", "4096"}, "context"},
 		{[]string{"--deepspeed", filepath.Join(dir, "none.json")}, "no such file"},
-		{[]string{"--deepspeed", stage3}, "offload_param"},
+		{[]string{"--deepspeed", stage3}, "offload_param.nvme_path \"/nonexistent\" does not exist"},
 		{[]string{"--device-memory", "12 parsecs"}, "--device-memory"},
 		{[]string{"--device-memory", "1MiB"}, "out of device memory"},
 	}
