@@ -8,6 +8,7 @@ require (
 	github.com/x448/float16 v0.8.4
 	golang.org/x/sys v0.46.0
 	gonum.org/v1/gonum v0.17.0
+	gopkg.in/yaml.v3 v3.0.1
 )
 
 require (

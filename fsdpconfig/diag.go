@@ -1,0 +1,242 @@
+package fsdpconfig
+
+import (
+	"encoding/json"
+	"fmt"
+	"sort"
+	"strings"
+
+	"github.com/dszero/dszero/dsconfig"
+	"github.com/dszero/dszero/dsconfig/lenient"
+)
+
+// Diagnostics are dsconfig's, so that `dszero config check` prints FSDP and
+// DeepSpeed configs alike: `file:line:col: path: severity: message; fix`.
+type (
+	Severity    = dsconfig.Severity
+	Diagnostic  = dsconfig.Diagnostic
+	Diagnostics = dsconfig.Diagnostics
+)
+
+// The severities, as in dsconfig.
+const (
+	// Error: Accelerate or the Trainer would reject the config, or would
+	// silently run something else than it says (a duplicate key).
+	Error = dsconfig.Error
+	// Warning: accepted, but something does not do what it looks like (an
+	// ignored key, an old spelling, a default that loses FSDP's benefit).
+	Warning = dsconfig.Warning
+	// Unsupported: a valid FSDP setup that dszero's engine does not run yet
+	// (hybrid groups, offload); `config check` passes, `train` refuses.
+	Unsupported = dsconfig.Unsupported
+	// Info: how a value was resolved.
+	Info = dsconfig.Info
+)
+
+// AsError returns nil when diags hold no Error, else a
+// *dsconfig.ConfigError carrying every diagnostic.
+func AsError(file string, diags Diagnostics) error {
+	if !diags.HasErrors() {
+		return nil
+	}
+	return &dsconfig.ConfigError{File: file, Diags: diags}
+}
+
+// Source says where a resolved value came from.
+type Source int
+
+const (
+	FromFile           Source = iota // written in the config
+	FromOldSpelling                  // written under an older key (offload_params, fsdp_backward_prefetch_policy)
+	FromTrainerFlag                  // HF Trainer's --fsdp option string
+	FromLaunchDefault                // accelerate launch's argument default, exported as FSDP_* to the plugin
+	FromPluginDefault                // FullyShardedDataParallelPlugin's own default
+	FromTrainerDefault               // TrainingArguments' default for a missing fsdp_config key
+	FromModel                        // taken from the model (_no_split_modules: GPT2Block)
+	FromDerived                      // computed from other settings (stage from strategy, group size)
+	FromAssumed                      // not given anywhere; dszero assumed it and said so
+	FromOption                       // a dszero command-line option (--nproc, --shard-group-size)
+)
+
+var sourceNames = [...]string{"file", "old spelling", "--fsdp", "accelerate launch default", "plugin default",
+	"Trainer default", "model", "derived", "assumed", "option"}
+
+func (s Source) String() string {
+	if s < 0 || int(s) >= len(sourceNames) {
+		return fmt.Sprintf("Source(%d)", int(s))
+	}
+	return sourceNames[s]
+}
+
+// MarshalText writes the source's name (for --json).
+func (s Source) MarshalText() ([]byte, error) { return []byte(s.String()), nil }
+
+// Setting is one resolved knob with its provenance.
+type Setting struct {
+	Name    string `json:"name"`              // canonical name: sharding_strategy, min_num_params, zero.stage, ...
+	Value   any    `json:"value"`             // the resolved value
+	Source  Source `json:"source"`            // where it came from
+	Written string `json:"written,omitempty"` // the key as written (fsdp_config.offload_params)
+	Line    int    `json:"line,omitempty"`
+	Col     int    `json:"col,omitempty"`
+	Note    string `json:"note,omitempty"` // which default layer, what it means
+}
+
+// ValueString formats the value the way it would be written in JSON.
+func (s Setting) ValueString() string {
+	b, err := json.Marshal(s.Value)
+	if err != nil {
+		return fmt.Sprint(s.Value)
+	}
+	return string(b)
+}
+
+// sink collects diagnostics and settings for one file.
+type sink struct {
+	file     string
+	diags    Diagnostics
+	settings []Setting
+}
+
+func (s *sink) add(sev Severity, pos lenient.Pos, path, msg, fix string) {
+	d := Diagnostic{Severity: sev, File: s.file, Path: path, Msg: msg, Fix: fix, Pos: pos, Line: pos.Line, Col: pos.Col}
+	s.diags = append(s.diags, d)
+}
+
+func (s *sink) errorf(pos lenient.Pos, path, fix, format string, args ...any) {
+	s.add(Error, pos, path, fmt.Sprintf(format, args...), fix)
+}
+
+func (s *sink) warnf(pos lenient.Pos, path, fix, format string, args ...any) {
+	s.add(Warning, pos, path, fmt.Sprintf(format, args...), fix)
+}
+
+func (s *sink) unsupportedf(pos lenient.Pos, path, fix, format string, args ...any) {
+	s.add(Unsupported, pos, path, fmt.Sprintf(format, args...), fix)
+}
+
+func (s *sink) infof(pos lenient.Pos, path, format string, args ...any) {
+	s.add(Info, pos, path, fmt.Sprintf(format, args...), "")
+}
+
+// set records a setting, replacing an earlier one of the same name.
+func (s *sink) set(st Setting) {
+	for i := range s.settings {
+		if s.settings[i].Name == st.Name {
+			s.settings[i] = st
+			return
+		}
+	}
+	s.settings = append(s.settings, st)
+}
+
+// sorted orders diagnostics by position (unpositioned last), keeping the
+// order of discovery for equal positions.
+func sorted(ds Diagnostics) Diagnostics {
+	out := append(Diagnostics(nil), ds...)
+	sort.SliceStable(out, func(i, j int) bool {
+		a, b := out[i], out[j]
+		if (a.Line == 0) != (b.Line == 0) {
+			return a.Line != 0
+		}
+		if a.Line != b.Line {
+			return a.Line < b.Line
+		}
+		return a.Col < b.Col
+	})
+	return out
+}
+
+// suggest returns the candidate that s most plausibly misspells, or "":
+// a case-insensitive match, a small edit distance, or the same snake_case
+// words but one (fsdp_transformer_cls_names_to_wrap →
+// fsdp_transformer_layer_cls_to_wrap).
+func suggest(s string, candidates []string) string {
+	ls := strings.ToLower(s)
+	best, bestScore := "", 1<<30
+	for _, c := range candidates {
+		lc := strings.ToLower(c)
+		score := editDistance(ls, lc)
+		if ls == lc {
+			score = 0
+		}
+		if t := wordDistance(ls, lc); t < score {
+			score = t
+		}
+		if len(ls) >= 3 && strings.HasPrefix(lc, ls+"_") {
+			score = min(score, 1) // SIZE → SIZE_BASED_WRAP
+		}
+		if score < bestScore {
+			best, bestScore = c, score
+		}
+	}
+	if bestScore <= min(len(s)/5+1, 3) {
+		return best
+	}
+	return ""
+}
+
+// wordDistance counts the snake_case words of a and b not shared, when at
+// most two differ on each side; otherwise it is large.
+func wordDistance(a, b string) int {
+	wa, wb := strings.Split(a, "_"), strings.Split(b, "_")
+	if len(wa) < 3 || len(wb) < 3 {
+		return 1 << 30
+	}
+	count := func(xs, ys []string) int {
+		n := 0
+		for _, x := range xs {
+			found := false
+			for _, y := range ys {
+				found = found || x == y
+			}
+			if !found {
+				n++
+			}
+		}
+		return n
+	}
+	da, db := count(wa, wb), count(wb, wa)
+	if da > 1 || db > 1 {
+		return 1 << 30
+	}
+	return da + db
+}
+
+// editDistance is the Damerau–Levenshtein (optimal string alignment)
+// distance, a swap of neighbours counting as one edit.
+func editDistance(a, b string) int {
+	ra, rb := []rune(a), []rune(b)
+	if len(ra) > 64 || len(rb) > 64 {
+		return 1 << 30
+	}
+	prev2 := make([]int, len(rb)+1)
+	prev := make([]int, len(rb)+1)
+	cur := make([]int, len(rb)+1)
+	for j := range prev {
+		prev[j] = j
+	}
+	for i := 1; i <= len(ra); i++ {
+		cur[0] = i
+		for j := 1; j <= len(rb); j++ {
+			cost := 1
+			if ra[i-1] == rb[j-1] {
+				cost = 0
+			}
+			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
+			if i > 1 && j > 1 && ra[i-1] == rb[j-2] && ra[i-2] == rb[j-1] {
+				cur[j] = min(cur[j], prev2[j-2]+1)
+			}
+		}
+		prev2, prev, cur = prev, cur, prev2
+	}
+	return prev[len(rb)]
+}
+
+// didYouMean formats a suggestion as a fix, or returns fallback.
+func didYouMean(s string, candidates []string, fallback string) string {
+	if c := suggest(s, candidates); c != "" {
+		return fmt.Sprintf("did you mean %q?", c)
+	}
+	return fallback
+}
