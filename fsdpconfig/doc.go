@@ -31,9 +31,12 @@
 // SHARD_GRAD_OP, and hybrid sharding comes from a device mesh (accelerate's
 // parallelism_config: dp_replicate_size × dp_shard_size). The hybrids are
 // MiCS in DeepSpeed's terms (all model states sharded within a group),
-// not ZeRO++'s hpZ (a secondary parameter copy only); the engine does not
-// run replicate × shard groups yet, and reports them as Unsupported unless
-// there is a single group.
+// not ZeRO++'s hpZ (a secondary parameter copy only); the engine runs them
+// as stage 3 on shard groups (zero.Options.ShardGroupSize): gathers and
+// reduce-scatters inside a group, the gradient partitions all-reduced
+// across groups once per step. Offload (parameters and gradients on the
+// host, the optimizer step there) is stage 3's offload_param and
+// offload_optimizer to cpu.
 //
 // A unit is what FSDP wraps: TRANSFORMER_BASED_WRAP makes one per block
 // class (for dszero's GPT, GPT2Block, whatever block class the config

@@ -86,8 +86,8 @@ func (r *reader) mapToEngine() {
 			r.s.infof(r.at("sharding_strategy"), "", "%s with one shard group of all %d processes is %s: nothing is replicated", p.Strategy, g,
 				map[bool]Strategy{true: ShardGradOp, false: FullShard}[p.KeepAfterForward])
 		} else {
-			r.s.unsupportedf(r.at("sharding_strategy", "parallelism.dp_replicate_size"), "", "train with one machine's worth of processes (one shard group), or FULL_SHARD across all",
-				"%s: %d replica groups × %d-rank shard groups (model states sharded within a group, gradients all-reduced across groups); the engine has no replicate × shard groups yet",
+			r.s.infof(r.at("sharding_strategy", "parallelism.dp_replicate_size"), "",
+				"%s: %d replica groups × %d-rank shard groups: model states sharded within a group, gathers and reduce-scatters inside it, gradient partitions all-reduced across groups once per step (DeepSpeed's MiCS)",
 				p.Strategy, p.ReplicaGroups, g)
 		}
 	default:
@@ -110,13 +110,9 @@ func (r *reader) mapToEngine() {
 	}
 
 	// What the engine does not run yet.
-	if p.Offload {
-		fix := "remove the offload setting"
-		if p.Stage == 0 {
-			fix = "remove it: with NO_SHARD there are no shards to offload in DeepSpeed's terms either"
-		}
-		r.s.unsupportedf(r.at("offload_params", "fsdp"), "offload_params", fix,
-			"offload: FSDP keeps parameters and gradients on the host and steps the optimizer there (DeepSpeed's offload_param + offload_optimizer to cpu); the engine has no host tier yet")
+	if p.Offload && p.Stage == 0 {
+		r.s.unsupportedf(r.at("offload_params", "fsdp"), "offload_params", "remove it: with NO_SHARD there are no shards to offload in DeepSpeed's terms either",
+			"offload with NO_SHARD: dszero offloads the shards of stage 3 (DeepSpeed's offload_param + offload_optimizer to cpu)")
 	}
 	if p.MixedPrecision == "fp8" {
 		r.s.unsupportedf(r.at("mixed_precision"), "mixed_precision", "use bf16", "fp8 training: dszero has no fp8 matmuls")

@@ -146,7 +146,7 @@ func ExplainText(w io.Writer, p Plan) {
 	fmt.Fprintf(w, "Sharding\n  %s\n", strategyStory[p.Strategy])
 	if p.Strategy.Hybrid() {
 		fmt.Fprintf(w, "  groups: %d replica group(s) × %d-rank shard groups%s\n", p.ReplicaGroups, p.ShardGroupSize,
-			map[bool]string{true: " (not run by the engine yet)", false: " (one group: nothing replicated)"}[p.Hybrid()])
+			map[bool]string{true: " (DeepSpeed MiCS: all-reduce across groups once per step)", false: " (one group: nothing replicated)"}[p.Hybrid()])
 	}
 	fmt.Fprintf(w, "  engine: ZeRO stage %d", p.Stage)
 	if p.Stage == 3 {

@@ -174,8 +174,8 @@ type Plan struct {
 	// over: NumProcesses, or the group size of a hybrid strategy.
 	ShardGroupSize int
 	// ReplicaGroups is NumProcesses / ShardGroupSize: more than one means
-	// hybrid sharding (replicate across groups), which the engine does not
-	// run yet.
+	// hybrid sharding (replicate across groups; the engine's shard groups,
+	// as DeepSpeed's MiCS).
 	ReplicaGroups int
 
 	settings []Setting

@@ -32,7 +32,7 @@ func ruleCases() []ruleCase {
 		// YAML 1.1 as yaml.safe_load types it.
 		{name: "unquoted no is false", data: "distributed_type: FSDP\nnum_processes: 2\nmixed_precision: no\nfsdp_config:\n  " + tbw + "\n",
 			diags: []string{"error 3:18 unquoted no is YAML's boolean false"}},
-		{name: "yes is true", data: acc(tbw, "fsdp_offload_params: yes"), diags: []string{"unsupported 5:3 offload"},
+		{name: "yes is true", data: acc(tbw, "fsdp_offload_params: yes"), diags: []string{},
 			check: func(t *testing.T, p Plan) {
 				if !p.Offload {
 					t.Error("offload false")
@@ -63,14 +63,14 @@ func ruleCases() []ruleCase {
 			}
 		}},
 		{name: "5 is HYBRID_SHARD_ZERO2 over machines", data: "distributed_type: FSDP\nnum_processes: 8\nnum_machines: 2\nfsdp_config:\n  " + tbw + "\n  fsdp_sharding_strategy: 5\n",
-			diags: []string{"unsupported 6:3 HYBRID_SHARD_ZERO2: 2 replica groups × 4-rank shard groups"},
+			diags: []string{},
 			check: func(t *testing.T, p Plan) {
 				if !p.Hybrid() || p.ShardGroupSize != 4 || !p.KeepAfterForward {
 					t.Errorf("hybrid %v group %d keep %v", p.Hybrid(), p.ShardGroupSize, p.KeepAfterForward)
 				}
 			}},
 		{name: "shard group option", data: acc(tbw, "fsdp_sharding_strategy: HYBRID_SHARD"), opts: Options{ShardGroupSize: 2},
-			diags: []string{"unsupported 5:3 HYBRID_SHARD: 2 replica groups × 2-rank"}},
+			diags: []string{}},
 		{name: "shard group must divide", data: acc(tbw, "fsdp_sharding_strategy: HYBRID_SHARD"), opts: Options{ShardGroupSize: 3},
 			diags: []string{"error 5:3 a shard group of 3 does not divide 4 processes"}},
 		{name: "6 is not a strategy", data: acc("fsdp_sharding_strategy: 6"), diags: []string{"error 4:27 6 is not a valid ShardingStrategy"}},
@@ -205,7 +205,7 @@ func trainerCases() []ruleCase {
 		{tr("full_shard auto_wrap", `{"transformer_layer_cls_to_wrap": ["GPT2Block"], "backward_prefetch": 1}`), "non-string prefetch",
 			[]string{"error 1:71 the Trainer calls .upper() on it"}, nil},
 		{tr("", `{"fsdp": "shard_grad_op auto_wrap offload", "fsdp_config": {"version": 2, "reshard_after_forward": true}}`), "combined file",
-			[]string{"unsupported 1:10 offload"}, func(t *testing.T, p Plan) {
+			[]string{}, func(t *testing.T, p Plan) {
 				if p.Strategy != FullShard || !p.Offload {
 					t.Errorf("%s offload %v", p.Strategy, p.Offload)
 				}

@@ -11,6 +11,7 @@ import (
 	"github.com/dszero/dszero/comm"
 	"github.com/dszero/dszero/comm/inproc"
 	"github.com/dszero/dszero/dsconfig"
+	"github.com/dszero/dszero/internal/ztest"
 	"github.com/dszero/dszero/mem"
 	"github.com/dszero/dszero/model/gpt"
 	"github.com/dszero/dszero/zero"
@@ -225,5 +226,56 @@ func TestStage3LoadsSlices(t *testing.T) {
 		if err != nil {
 			t.Errorf("world %d: %v", world, err)
 		}
+	}
+}
+
+// TestFSDPStrategies: FSDP's strategies as the engine runs them, on 4
+// ranks (shard groups of 2 for the hybrids), train the tiny GPT like one
+// rank of stage 0 on the same global batches (losses within 1e-6
+// relative, weights within 1e-6 of their norm): FULL_SHARD (stage 3),
+// SHARD_GRAD_OP (stage 3 keeping parameters from forward to backward),
+// HYBRID_SHARD (stage 3 on shard groups), HYBRID_SHARD_ZERO2 (both) and
+// NO_SHARD (stage 0).
+func TestFSDPStrategies(t *testing.T) {
+	g := loadGPT(t)
+	const world = 4
+	base, bw := runGPT(t, g, harnessJSON(0, 2, 2*world, 500000000, false), 1, 3, lrsched.DeepSpeed0195)
+	for _, v := range []struct {
+		name        string
+		stage       int
+		keep        bool
+		group, wrap int
+	}{
+		{"FULL_SHARD", 3, false, 0, 0}, {"SHARD_GRAD_OP", 3, true, 0, 0}, {"HYBRID_SHARD", 3, false, 2, 0},
+		{"HYBRID_SHARD_ZERO2", 3, true, 2, 0}, {"FULL_SHARD/size-wrap", 3, false, 0, 40000}, {"NO_SHARD", 0, false, 0, 0},
+	} {
+		t.Run(v.name, func(t *testing.T) {
+			js := harnessJSON(v.stage, 2, 2, 20000, true)
+			if v.stage == 3 {
+				js = stage3JSON(30000, 0, true)
+			}
+			plan, err := dsconfig.Load(js, dsconfig.Options{WorldSize: world})
+			if err != nil {
+				t.Fatal(err)
+			}
+			devs := make([]Device, world)
+			for r := range devs {
+				devs[r] = Device{Acct: mem.NewAccountant(r), Gemm: g.gemm}
+			}
+			var recs []Record
+			final, err := Run(Config{Plan: plan, Model: g.cfg, Init: g.init, SeqLen: 32, Steps: 3, ReturnParams: true, Workers: 1, Devices: devs,
+				Batches: gptSamples{tokens: g.tokens, B: 2, gas: 2, world: world}, Version: lrsched.DeepSpeed0195,
+				KeepAfterForward: v.keep, ShardGroupSize: v.group, WrapMinNumParams: v.wrap},
+				func(r Record) error { recs = append(recs, r); return nil })
+			if err != nil {
+				t.Fatal(err)
+			}
+			lrel := maxRel(recs, base)
+			wabs, wrel := ztest.WeightDiff(final, bw)
+			t.Logf("losses max rel Δ %.2e; weights max |Δ| %.2e, ‖Δ‖/‖w‖ %.2e", lrel, wabs, wrel)
+			if lrel > 1e-6 || wrel > 1e-6 {
+				t.Errorf("differs from one rank of stage 0: losses %.2e, weights %.2e", lrel, wrel)
+			}
+		})
 	}
 }

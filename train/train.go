@@ -95,6 +95,9 @@ type Config struct {
 	// reshard_after_forward false and size-based wrapping at stage 3.
 	KeepAfterForward bool
 	WrapMinNumParams int
+	// ShardGroupSize is hybrid sharding at stage 3 (FSDP HYBRID_SHARD):
+	// ranks per shard group; 0 takes the plan's mics_shard_size.
+	ShardGroupSize int
 }
 
 // Record is what one optimizer step did (one line of --json-log).
@@ -234,7 +237,7 @@ func (r *rank) run(onStep func(Record) error) ([]float32, error) {
 	ctx := context.Background()
 	layout := cfg.Model.WithDefaults().Layout()
 	opts := zero.Options{Acct: r.dev.Acct, Layout: &layout, Init: cfg.Init, Workers: cfg.Workers, Version: cfg.Version, Comm: c, Ctx: ctx,
-		KeepAfterForward: cfg.KeepAfterForward, WrapMinNumParams: cfg.WrapMinNumParams}
+		KeepAfterForward: cfg.KeepAfterForward, WrapMinNumParams: cfg.WrapMinNumParams, ShardGroupSize: cfg.ShardGroupSize}
 	if cfg.Warn != nil && c.Rank() == 0 {
 		opts.Warn = cfg.Warn
 	}

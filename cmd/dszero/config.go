@@ -95,6 +95,12 @@ func runCheck(args []string, stdout, stderr io.Writer) int {
 	}
 	rejected := 0
 	for _, file := range files {
+		if isFSDPFile(file) {
+			if checkFSDP(fsdpSource{file: file}, worldIfSet(fs, *world), hf(), *quiet, stdout) {
+				rejected++
+			}
+			continue
+		}
 		plan, diags, err := compileFile(file, dsconfig.Options{WorldSize: *world, HF: hf()})
 		if err != nil {
 			fmt.Fprintf(stdout, "%s: error: %v\n", file, err)
@@ -156,14 +162,22 @@ func runExplain(args []string, stdout, stderr io.Writer) int {
 	world := fs.Int("world-size", 1, "data-parallel world size")
 	asJSON := fs.Bool("json", false, "write the plan as JSON")
 	modelArg := fs.String("model", "", "at stage 3, also show the units this model (a preset or a directory with config.json) is gathered in")
+	fsdpOpts := fs.String("fsdp", "", `HF Trainer's --fsdp options, e.g. "full_shard auto_wrap" (FILE is then its fsdp_config JSON, or none)`)
 	minParams := fs.Int("wrap-min-params", 0, "size-based wrapping (FSDP min_num_params) instead of one unit per block")
 	hf := hfFlags(fs)
 	files, err := parseInterleaved(fs, args)
 	if err != nil {
 		return 2
 	}
+	if *fsdpOpts != "" && len(files) <= 1 || len(files) == 1 && isFSDPFile(files[0]) {
+		src := fsdpSource{options: *fsdpOpts}
+		if len(files) == 1 {
+			src.file = files[0]
+		}
+		return explainFSDP(src, worldIfSet(fs, *world), hf(), *asJSON, stdout, stderr)
+	}
 	if len(files) != 1 || *world < 1 || *minParams < 0 {
-		fmt.Fprintln(stderr, "usage: dszero config explain FILE [--world-size N] [--model PRESET|DIR [--wrap-min-params N]] [HF flags] [--json]")
+		fmt.Fprintln(stderr, "usage: dszero config explain FILE [--world-size N] [--model PRESET|DIR [--wrap-min-params N]] [HF flags] [--json]\n       dszero config explain accelerate.yaml | --fsdp OPTIONS [fsdp_config.json] [--world-size N] [--json]")
 		return 2
 	}
 	var layout *model.Layout
@@ -364,4 +378,15 @@ func pathNote(p string) string {
 // count writes an element count with its binary-unit size as fp32 bytes.
 func count(n int64) string {
 	return fmt.Sprintf("%d elements (%s as fp32)", n, mem.FormatBytes(n*4))
+}
+
+// worldIfSet is --world-size when given, else 0 (an FSDP file's own
+// num_processes).
+func worldIfSet(fs *flag.FlagSet, world int) int {
+	set := false
+	fs.Visit(func(f *flag.Flag) { set = set || f.Name == "world-size" })
+	if set {
+		return world
+	}
+	return 0
 }

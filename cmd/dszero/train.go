@@ -17,6 +17,7 @@ import (
 	"github.com/dszero/dszero/data"
 	"github.com/dszero/dszero/device"
 	"github.com/dszero/dszero/dsconfig"
+	"github.com/dszero/dszero/fsdpconfig"
 	"github.com/dszero/dszero/mem"
 	"github.com/dszero/dszero/model/gpt"
 	"github.com/dszero/dszero/train"
@@ -30,6 +31,9 @@ func runTrain(args []string, stdout, stderr io.Writer) (code int) {
 	fs := flag.NewFlagSet("dszero train", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	cfgPath := fs.String("deepspeed", "", "ds_config.json (default: the embedded default config)")
+	fsdpFile := fs.String("fsdp-config", "", "an Accelerate FSDP config (YAML), instead of --deepspeed")
+	fsdpOpts := fs.String("fsdp", "", `HF Trainer's --fsdp options, e.g. "full_shard auto_wrap", instead of --deepspeed`)
+	fsdpJSON := fs.String("fsdp_config", "", "HF Trainer's fsdp_config JSON (with --fsdp)")
 	modelArg := fs.String("model", "small", "model preset ("+strings.Join(gpt.PresetNames(), ", ")+") or a Hugging Face GPT-2 directory (config.json + model.safetensors)")
 	dataPath := fs.String("data", "", "training text, a nanoGPT .bin of uint16 token ids, or \"random\" (uniform ids, for throughput runs) (default: embedded Tiny Shakespeare)")
 	steps := fs.Int("steps", 0, "optimizer steps (default: --max_steps, else the scheduler's total_num_steps, else 100)")
@@ -63,6 +67,28 @@ func runTrain(args []string, stdout, stderr io.Writer) (code int) {
 	// rank finalises MPI when training succeeded (see launch.finalize).
 	nprocSet := false
 	fs.Visit(func(f *flag.Flag) { nprocSet = nprocSet || f.Name == "nproc" || f.Name == "num_gpus" })
+
+	// An FSDP setup instead of a ds_config: read first, for its
+	// num_processes (the in-process ranks unless --nproc says otherwise).
+	src := fsdpSource{file: *fsdpFile + *fsdpJSON, options: *fsdpOpts}
+	var fp fsdpconfig.Plan
+	var fdiags fsdpconfig.Diagnostics
+	switch {
+	case *fsdpFile != "" && *fsdpJSON != "":
+		fmt.Fprintln(stderr, "dszero train: --fsdp-config (Accelerate) and --fsdp_config (Trainer) are two dialects; give one")
+		return 2
+	case src.given() && *cfgPath != "":
+		fmt.Fprintln(stderr, "dszero train: --deepspeed and an FSDP setup (--fsdp-config, --fsdp) both say how to shard; give one")
+		return 2
+	case src.given():
+		world := 0
+		if nprocSet {
+			world = nproc
+		}
+		if fp, fdiags = src.load(world, hf(), *ckpt); !fdiags.HasErrors() && !nprocSet && fp.NumProcesses > 1 {
+			nproc, nprocSet = fp.NumProcesses, true
+		}
+	}
 	l, err := newLaunch(comm.EnvMap(os.Environ()), nproc, nprocSet)
 	if err != nil {
 		return fail("%v", err)
@@ -96,7 +122,17 @@ func runTrain(args []string, stdout, stderr io.Writer) (code int) {
 		name, raw = n, b
 	}
 	hfArgs := hf()
-	plan, diags := dsconfig.Compile(name, raw, dsconfig.Options{WorldSize: nproc, HF: hfArgs})
+	var plan dsconfig.Plan
+	var diags dsconfig.Diagnostics
+	if src.given() {
+		if !printFSDPDiags(diagw, fdiags, false) {
+			return fail("%s: the FSDP setup has errors or asks for what dszero does not run (see above)", src.name())
+		}
+		name = src.name()
+		plan, diags = dsPlan(src, fp, nproc, hfArgs)
+	} else {
+		plan, diags = dsconfig.Compile(name, raw, dsconfig.Options{WorldSize: nproc, HF: hfArgs})
+	}
 	for _, d := range diags {
 		if d.Severity == dsconfig.Error || d.Severity == dsconfig.Warning || d.Severity == dsconfig.Unsupported {
 			fmt.Fprintln(diagw, d.String())
@@ -212,7 +248,8 @@ func runTrain(args []string, stdout, stderr io.Writer) (code int) {
 		initRange = weights.ReadRange
 	}
 	_, err = train.Run(train.Config{Plan: plan, Model: mcfg, InitRange: initRange, Seed: *seed, Batches: loader, SeqLen: T, Steps: n, Devices: devs, Comm: l.comm(),
-		Checkpoint: *ckpt || plan.ActivationCheckpointing.Present, CPUCheckpoint: plan.ActivationCheckpointing.CPUCheckpointing,
+		Checkpoint: *ckpt || plan.ActivationCheckpointing.Present || fp.ActivationCkpt, CPUCheckpoint: plan.ActivationCheckpointing.CPUCheckpointing,
+		KeepAfterForward: fp.KeepAfterForward, WrapMinNumParams: fp.WrapMinNumParams,
 		Warn: func(msg string) { fmt.Fprintf(stderr, "dszero train: warning: %s\n", msg) }},
 		func(r train.Record) error {
 			if r.Step == 1 {
