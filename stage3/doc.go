@@ -56,6 +56,22 @@
 // partitions. With overlap_comm the reduce-scatter runs while backward
 // continues.
 //
+// Groups of ranks. With hybrid sharding (DeepSpeed MiCS mics_shard_size,
+// FSDP HYBRID_SHARD) the strategy's communicator is the rank's shard
+// group: partitions, gathers and reduce-scatters stay inside it, and the
+// gradient partitions are all-reduced across the groups (Config.Replicas)
+// once per step. With ZeRO++ hpZ (zero_hpz_partition_size) the partitions
+// are over the world, but each rank keeps a secondary partition within its
+// group from a unit's forward gather, and later gathers come from there
+// (Config.HPZ).
+//
+// Offload. OptimizerTier and ParamTier put the master, gradient and
+// optimizer-state partitions, and the parameter partitions, in the pinned
+// host tier (offload cpu). With Swap and ParamSwap they rest in swap
+// files (offload nvme, package nvme): a sub-group's master and optimizer
+// state are read in for its step and written back, a parameter partition
+// is read straight into its unit's all-gather and written after the step.
+//
 // The step, per DeepSpeedZeroOptimizer_Stage3.step: the overflow check
 // (fp16); per sub-group the float64 norms of its parameters' gradient
 // partitions, squared and summed, all-reduced in float64, rooted; the

@@ -7,6 +7,7 @@ import (
 
 	"github.com/dszero/dszero/comm"
 	"github.com/dszero/dszero/mem"
+	"github.com/dszero/dszero/zero/partition"
 )
 
 // fetcher owns the gathered parameters: which groups are gathered, the
@@ -51,6 +52,7 @@ type gstate struct {
 type flight struct {
 	hs     []comm.Handle
 	staged []staged
+	world  int // the ranks gathered from: the world, or the hpZ group
 }
 
 type staged struct {
@@ -120,16 +122,25 @@ func (f *fetcher) issue(g int) error {
 	fl := f.newFlight()
 	full := s.full.F32()
 	gr := &s.groups[g]
+	// From the primary partitions over the world, or — in backward, with
+	// ZeRO++ hpZ — from the secondary ones within the rank's group.
+	c, world, rank := s.o.Comm, s.world, s.rank
+	hpz := s.hpz != nil && s.hpz.valid[g]
+	if hpz {
+		c, world, rank = s.hpz.c, s.hpz.c.Size(), s.hpz.c.Rank()
+	}
+	fl.world = world
 	for i := gr.First; i <= gr.Last; i++ {
 		if s.persist[i] {
 			continue
 		}
-		sp, ps := &s.l.Specs[i], s.lay.PartitionSizes[i]
+		sp := &s.l.Specs[i]
+		ps := partition.ParamPartitionSize(sp.Numel, world)
 		var out []float32
-		if sp.Numel%s.world == 0 {
+		if sp.Numel%world == 0 {
 			out = full[sp.Offset : sp.Offset+sp.Numel]
 		} else {
-			buf, err := f.getStaging(s.world * ps)
+			buf, err := f.getStaging(world * ps)
 			if err != nil {
 				f.abandon(fl)
 				s.o.Acct.Release(mem.Gathered, mem.Device, 4*int64(n))
@@ -138,14 +149,16 @@ func (f *fetcher) issue(g int) error {
 			fl.staged = append(fl.staged, staged{param: i, staging: buf})
 			out = buf
 		}
-		mine := out[s.rank*ps : (s.rank+1)*ps]
-		if err := s.readPartition(i, mine); err != nil {
+		mine := out[rank*ps : (rank+1)*ps]
+		if hpz {
+			copy(mine, s.hpz.bufs[i])
+		} else if err := s.readPartition(i, mine); err != nil {
 			st.flight = fl // landed (and its buffers returned) by Close
 			f.live += n
 			f.flying += n
 			return err
 		}
-		fl.hs = append(fl.hs, s.o.Comm.AllGather(s.o.Ctx, comm.F32(out), comm.F32(mine)))
+		fl.hs = append(fl.hs, c.AllGather(s.o.Ctx, comm.F32(out), comm.F32(mine)))
 	}
 	st.flight = fl
 	f.live += n
@@ -188,10 +201,10 @@ func (f *fetcher) land(g int) error {
 	s.waits.Gather += time.Since(t0)
 	if err == nil {
 		for _, sg := range fl.staged {
-			ps := s.lay.PartitionSizes[sg.param]
 			sp := &s.l.Specs[sg.param]
-			for r := range s.world {
-				lo, hi, _ := s.lay.Owned(sg.param, r)
+			ps := partition.ParamPartitionSize(sp.Numel, fl.world)
+			for r := range fl.world {
+				lo, hi, _ := partition.PerParam(sp.Numel, fl.world, r)
 				copy(full[sp.Offset+lo:sp.Offset+hi], sg.staging[r*ps:r*ps+hi-lo])
 			}
 		}
@@ -351,6 +364,11 @@ func (f *fetcher) need(g int) error {
 		}
 	}
 	st.holds++
+	if f.inFwd && s.hpz != nil {
+		if err := s.hpz.keep(s, g); err != nil {
+			return err
+		}
+	}
 	if f.complete {
 		return f.prefetch()
 	}

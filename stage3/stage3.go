@@ -72,6 +72,10 @@ type Config struct {
 	// given the largest partition's and all the files' bytes. The strategy
 	// closes it.
 	ParamSwap func(largestBytes, totalBytes int64) (*nvme.Swapper, error)
+	// HPZ, for ZeRO++ hierarchical partitioning (zero_hpz_partition_size),
+	// is the rank's group: backward gathers each unit from the secondary
+	// partitions kept within it in forward. Nil: none.
+	HPZ comm.Comm
 	// Replicas, for hybrid sharding (FSDP HYBRID_SHARD, DeepSpeed MiCS),
 	// connects this rank with the ranks that hold the same partitions in
 	// the other shard groups: the strategy's own communicator is then its
@@ -111,6 +115,7 @@ type Strategy struct {
 	workOnDevice int        // elements of work accounted on the device (the persistent partitions)
 	swap         *swapState // offload_optimizer nvme; nil otherwise
 	pswap        *paramSwap // offload_param nvme; nil otherwise
+	hpz          *secondary // ZeRO++ hpZ; nil otherwise
 
 	norms, scratch []float64
 	sums           []float64 // per sub-group Σ norm², all-reduced
@@ -221,6 +226,9 @@ func New(o zcore.Options, c Config) (_ *Strategy, err error) {
 		if err := s.initParamSwap(); err != nil {
 			return nil, err
 		}
+	}
+	if c.HPZ != nil && c.HPZ.Size() > 1 {
+		s.hpz = newSecondary(c.HPZ, len(s.l.Specs), len(s.groups))
 	}
 	s.f.init(s)
 	s.r.init(s)
@@ -443,6 +451,9 @@ func (s *Strategy) step(in zcore.StepInput) (zcore.StepResult, error) {
 			}
 		}
 	}
+	if s.hpz != nil {
+		s.hpz.drop(o.Acct)
+	}
 	// _post_step: the persistent parameters are gathered again.
 	if err := s.f.gatherPersistent(); err != nil {
 		return zcore.StepResult{}, err
@@ -543,6 +554,9 @@ func (s *Strategy) Close() {
 			s.o.Acct.FreeF32(b.c, s.c.OptimizerTier, *b.p)
 			*b.p = nil
 		}
+	}
+	if s.hpz != nil {
+		s.hpz.drop(s.o.Acct)
 	}
 	s.o.Acct.Release(mem.Gathered, mem.Device, s.persistBytes)
 	s.persistBytes = 0

@@ -357,3 +357,35 @@ func params(d ztest.MLPData) []partition.Param {
 	}
 	return ps
 }
+
+// TestHPZ: ZeRO++ hierarchical partitioning (zero_hpz_partition_size 2
+// on 4 ranks) keeps, from each unit's forward gather, a secondary
+// partition within the rank's group of 2 and gathers the unit for
+// backward from there: training is bit-identical to plain stage 3 (the
+// gathered values are the same), the secondary copy adds 4·Σ⌈numel/2⌉
+// bytes of parameters at its peak, and the backward gathers leave the
+// world communicator (fewer all-gathers there).
+func TestHPZ(t *testing.T) {
+	d := ztest.MustLoadMLP(t, mlpRef)
+	k := variants()[1] // on demand, persistence 0, no reuse: every unit gathered twice
+	base := run(t, d, k.json(3, 2, 2), 4, k)
+	got := run(t, d, strings.Replace(k.json(3, 2, 2), `"stage": 3,`, `"stage": 3, "zero_hpz_partition_size": 2,`, 1), 4, k)
+	if !slices.Equal(got.Final, base.Final) || !slices.Equal(got.Losses, base.Losses) {
+		t.Errorf("hpZ changed the training")
+	}
+	var secondary int64
+	for _, sp := range d.Layout.Specs {
+		secondary += 4 * int64((sp.Numel+1)/2)
+	}
+	for r := range got.Accts {
+		p, b := got.Accts[r].Snapshot().PeakBytes(mem.Device, mem.Params16), base.Accts[r].Snapshot().PeakBytes(mem.Device, mem.Params16)
+		if p != b+secondary {
+			t.Errorf("rank %d: parameters peak at %d bytes, want %d + the secondary copy %d", r, p, b, secondary)
+		}
+		hg, bg := got.Traffic[r].Of(comm.KindAllGather), base.Traffic[r].Of(comm.KindAllGather)
+		t.Logf("rank %d: all-gathers on the world communicator %d (%d bytes sent), without hpZ %d (%d)", r, hg.Calls, hg.Sent, bg.Calls, bg.Sent)
+		if hg.Calls >= bg.Calls || hg.Sent >= bg.Sent {
+			t.Errorf("rank %d: hpZ left %d all-gathers on the world communicator, plain stage 3 has %d", r, hg.Calls, bg.Calls)
+		}
+	}
+}

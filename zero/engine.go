@@ -190,6 +190,19 @@ func newStage3(plan dsconfig.Plan, o Options, so StrategyOptions, c comm.Comm) (
 			return nvme.New(fsys, o.Acct, opts)
 		}
 	}
+	if h := int(plan.Zero.HPZPartitionSize); h > 1 && h < c.Size() {
+		if c.Size()%h != 0 {
+			return nil, fmt.Errorf("%s: zero_hpz_partition_size %d does not divide the world of %d ranks", plan.File, h, c.Size())
+		}
+		ctx := o.Ctx
+		if ctx == nil {
+			ctx = context.Background()
+		}
+		var err error
+		if cfg.HPZ, err = c.Split(ctx, c.Rank()/h, c.Rank()); err != nil {
+			return nil, fmt.Errorf("stage 3: forming hpZ groups of %d ranks: %w", h, err)
+		}
+	}
 	g := o.ShardGroupSize
 	if g == 0 && plan.Zero.MiCSShardSize > 0 {
 		g = int(plan.Zero.MiCSShardSize)
@@ -274,8 +287,8 @@ func CheckPlan(plan dsconfig.Plan) (warns []string, err error) {
 	z, world := plan.Zero, plan.WorldSize
 	var errs []error
 	refuse := func(format string, a ...any) { errs = append(errs, fmt.Errorf(format, a...)) }
-	if z.Stage == 3 && z.HPZPartitionSize > 1 {
-		refuse("zero_optimization.zero_hpz_partition_size %d: ZeRO++ hierarchical partitioning is not implemented yet; remove it (or use mics_shard_size for sharding within groups)", z.HPZPartitionSize)
+	if z.Stage == 3 && z.HPZPartitionSize > 1 && z.MiCSShardSize > 0 {
+		refuse("zero_optimization: zero_hpz_partition_size and mics_shard_size are two ways of using groups of ranks; DeepSpeed does not combine them, use one")
 	}
 	switch off := z.OffloadOptimizer; {
 	case z.Stage == 0 || off.Device == dsconfig.OffloadNone:
