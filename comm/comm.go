@@ -30,8 +30,9 @@ import (
 // unspecified. Buffers of different ranks must not overlap.
 //
 // Reduction: for Sum and Avg, each element is reduced in float32 in the
-// fixed order rank 0, 1, …, n−1 of the communicator (see Reduce), so the
-// bits of a result never depend on timing.
+// fixed order rank 0, 1, …, n−1 of the communicator, a 16-bit buffer
+// rounded to its dtype after every addition (see Reduce), so the bits of a
+// result never depend on timing.
 //
 // Failure: a collective that cannot complete returns a *Error naming the
 // collective, its sequence number and the ranks at fault, within the
@@ -107,7 +108,8 @@ func (h doneHandle) Wait() error { return h.err }
 type Op int
 
 const (
-	// Sum adds the ranks' elements in float32, rank 0 first.
+	// Sum adds the ranks' elements in float32, rank 0 first (16-bit
+	// buffers rounded after every addition).
 	Sum Op = iota
 	// Avg is Sum followed by one float32 division by the communicator size
 	// (DeepSpeed's post-division, tensor.div_(world_size), after a sum).

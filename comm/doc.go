@@ -26,8 +26,9 @@
 //     (fp16 and bf16 as []uint16 bit patterns, package half). A Buffer is a
 //     view, never a copy; Slice makes views of parts of it.
 //   - Op: Sum or Avg. Reduction order: every backend reduces each element
-//     in float32, in the fixed order rank 0, 1, …, n−1, divides once for Avg
-//     and rounds a 16-bit result once (Reduce is the definition). Results
+//     in float32, in the fixed order rank 0, 1, …, n−1, rounding a 16-bit
+//     sum to its dtype after every addition (as gloo's and NCCL's 16-bit
+//     sums do), and divides once for Avg (Reduce is the definition). Results
 //     are therefore bit-for-bit reproducible and independent of timing,
 //     and equal a serial loop over ranks — which ZeRO parity tests rely on.
 //   - Handle: every collective is asynchronous; it returns a Handle at

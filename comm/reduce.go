@@ -17,16 +17,19 @@ const reduceBlock = 1024
 // srcs[k][i] widened exactly to float32:
 //
 //	s = x_0
-//	s = s + x_k            for k = 1, …, n−1, in this order (float32 adds)
+//	s = s + x_k            for k = 1, …, n−1, in this order (float32 adds;
+//	                       fp16/bf16: s rounded to nearest even after each)
 //	s = s / float32(n)     for Avg only (one float32 division)
-//	dst[i] = s             fp32; fp16/bf16: s rounded to nearest even, once
+//	dst[i] = s             fp32; fp16/bf16: s rounded to nearest even
 //
-// So a 16-bit reduction accumulates in float32 and rounds once at the end.
-// (DeepSpeed over gloo reduces in the tensor's dtype, rounding after every
-// addition; for two ranks the two agree, since gloo's 16-bit add is also
-// "add in float32, round once".) NaN results of a 16-bit reduction are
-// package half's canonical NaN. With one source, every dst becomes a copy of
-// it, bit for bit, for both ops.
+// So a 16-bit reduction adds in the buffers' dtype, as torch's backends do
+// for a 16-bit tensor: gloo's sum<c10::BFloat16> and NCCL's ring add two
+// 16-bit values in float32 and round the result at every hop (their order
+// of ranks is the ring's; here it is rank order). For two ranks that is
+// one correctly rounded a+b, the same as adding in float32 and rounding
+// once. NaN results of a 16-bit reduction are package half's canonical
+// NaN. With one source, every dst becomes a copy of it, bit for bit, for
+// both ops.
 //
 // A dst may be one of the srcs, or alias one element for element (the same
 // start); other overlaps give unspecified results. All buffers must have one
@@ -57,9 +60,9 @@ func Reduce(dsts, srcs []Buffer, op Op) {
 	case device.F32:
 		reduceF32(dsts, srcs, op)
 	case device.F16:
-		reduce16(dsts, srcs, op, half.F16ToF32, half.F32ToF16)
+		reduce16(dsts, srcs, op, half.F16ToF32, half.F32ToF16, half.RoundF16)
 	case device.BF16:
-		reduce16(dsts, srcs, op, half.BF16ToF32, half.F32ToBF16)
+		reduce16(dsts, srcs, op, half.BF16ToF32, half.F32ToBF16, half.RoundBF16)
 	default:
 		panic(fmt.Sprintf("comm: Reduce of invalid dtype %v", dt))
 	}
@@ -190,7 +193,7 @@ func isPow2(d float32) bool {
 	return float32(n) == d && n > 0 && n&(n-1) == 0
 }
 
-func reduce16(dsts, srcs []Buffer, op Op, widen func([]float32, []uint16), narrow func([]uint16, []float32)) {
+func reduce16(dsts, srcs []Buffer, op Op, widen func([]float32, []uint16), narrow func([]uint16, []float32), round func([]float32)) {
 	var acc, tmp [reduceBlock]float32
 	n := srcs[0].Len()
 	div := float32(len(srcs))
@@ -201,6 +204,7 @@ func reduce16(dsts, srcs []Buffer, op Op, widen func([]float32, []uint16), narro
 		for _, s := range srcs[1:] {
 			widen(t, s.bits[lo:hi])
 			addTo(a, t)
+			round(a)
 		}
 		if op == Avg {
 			divide(a, div)

@@ -60,21 +60,46 @@ func TestReduceMatchesReference(t *testing.T) {
 	}
 }
 
-// TestReduceRoundsOnce pins the documented 16-bit rule: accumulate in
-// float32, round once. In bf16 (8 significant bits) 1 + 2^-8 rounds back to
-// 1 (a tie, to even), so rounding after every addition would lose both
-// small terms; one rounding at the end keeps their sum 2^-7.
-func TestReduceRoundsOnce(t *testing.T) {
+// TestReduce16RoundsEachAdd pins the documented 16-bit rule: add in
+// rank order, rounding to the dtype after every addition, as gloo's and
+// NCCL's 16-bit sums do. In bf16 (8 significant bits) 1 + 2^-8 is a tie
+// and rounds back to 1 (to even), so 1 + 2^-8 + 2^-8 loses both small
+// terms, where one rounding at the end would keep their sum 2^-7; in rank
+// order 2^-8 + 2^-8 + 1 keeps it. For two ranks it is one correctly
+// rounded sum, and Avg divides the rounded sum once.
+func TestReduce16RoundsEachAdd(t *testing.T) {
 	small := float32(math.Ldexp(1, -8))
-	srcs := []comm.Buffer{
-		comm.BF16([]uint16{half.BF16FromF32(1)}),
-		comm.BF16([]uint16{half.BF16FromF32(small)}),
-		comm.BF16([]uint16{half.BF16FromF32(small)}),
+	bf := func(vs ...float32) (bs []comm.Buffer) {
+		for _, v := range vs {
+			bs = append(bs, comm.BF16([]uint16{half.BF16FromF32(v)}))
+		}
+		return bs
 	}
-	out := comm.BF16(make([]uint16, 1))
-	comm.Reduce([]comm.Buffer{out}, srcs, comm.Sum)
-	if got, want := half.F32FromBF16(out.Bits()[0]), float32(1+math.Ldexp(1, -7)); got != want {
-		t.Errorf("bf16 1 + 2^-8 + 2^-8 = %v, want %v", got, want)
+	for _, tc := range []struct {
+		srcs []float32
+		op   comm.Op
+		want float32
+	}{
+		{[]float32{1, small, small}, comm.Sum, 1},
+		{[]float32{small, small, 1}, comm.Sum, 1 + 2*small},
+		{[]float32{1, small}, comm.Sum, 1},
+		{[]float32{1, 3 * small}, comm.Sum, 1 + 4*small},
+		{[]float32{small, small, 1}, comm.Avg, half.NearestBF16((1 + 2*small) / 3)},
+	} {
+		out := comm.BF16(make([]uint16, 1))
+		comm.Reduce([]comm.Buffer{out}, bf(tc.srcs...), tc.op)
+		if got := half.F32FromBF16(out.Bits()[0]); got != tc.want {
+			t.Errorf("bf16 %v of %v = %v, want %v", tc.op, tc.srcs, got, tc.want)
+		}
+	}
+	// fp16 (11 significant bits): 1 + 2^-11 is a tie, rounded to 1 at
+	// every add.
+	tiny := float32(math.Ldexp(1, -11))
+	out := comm.F16(make([]uint16, 1))
+	comm.Reduce([]comm.Buffer{out}, []comm.Buffer{comm.F16([]uint16{half.F16FromF32(1)}), comm.F16([]uint16{half.F16FromF32(tiny)}),
+		comm.F16([]uint16{half.F16FromF32(tiny)})}, comm.Sum)
+	if got := half.F32FromF16(out.Bits()[0]); got != 1 {
+		t.Errorf("fp16 1 + 2^-11 + 2^-11 = %v, want 1", got)
 	}
 }
 

@@ -27,6 +27,10 @@
 //     nearest 16-bit value, kept as float32. The engine emulates 16-bit
 //     compute with them: compute in float32, round where the GPU would store
 //     16 bits.
+//   - Pack: PackBF16 and PackF16 round a float32 buffer to 16 bits in its
+//     own memory (the patterns in its first half), UnpackBF16 and
+//     UnpackF16 widen any part of it back: a 16-bit collective on
+//     gradients held in float32, with no second buffer.
 //
 // Scalar functions (F16FromF32, F32FromF16, BF16FromF32, F32FromBF16,
 // NearestF16, NearestBF16) and slice functions (F32ToF16, F16ToF32, F32ToBF16, BF16ToF32, RoundF16,

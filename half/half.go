@@ -3,6 +3,7 @@ package half
 import (
 	"fmt"
 	"math"
+	"unsafe"
 )
 
 // Bit patterns of special values.
@@ -216,4 +217,52 @@ func RoundBF16(x []float32) {
 	for i, f := range x {
 		x[i] = NearestBF16(f)
 	}
+}
+
+// PackBF16 rounds each x[i] to bf16 and stores the bit patterns in x's
+// own memory: the returned slice, of len(x), aliases the first half of
+// x's bytes, so x's float32 values are overwritten (element i's pattern
+// lands in bytes already read). UnpackBF16 brings the values back. A
+// 16-bit collective can then run on the gradients' own memory, with no
+// second buffer: DeepSpeed's tensor.to(communication_data_type).
+func PackBF16(x []float32) []uint16 {
+	p := packed(x)
+	for i, f := range x {
+		p[i] = BF16FromF32(f)
+	}
+	return p
+}
+
+// UnpackBF16 widens patterns [lo, hi) of a buffer packed by PackBF16 back
+// into x[lo:hi] (float32 i overwrites patterns 2i and 2i+1, which the
+// descending loop has already read).
+func UnpackBF16(x []float32, lo, hi int) {
+	p := packed(x)
+	_ = x[lo:hi]
+	for i := hi - 1; i >= lo; i-- {
+		x[i] = F32FromBF16(p[i])
+	}
+}
+
+// PackF16 is PackBF16 for fp16.
+func PackF16(x []float32) []uint16 {
+	p := packed(x)
+	for i, f := range x {
+		p[i] = F16FromF32(f)
+	}
+	return p
+}
+
+// UnpackF16 is UnpackBF16 for fp16.
+func UnpackF16(x []float32, lo, hi int) {
+	p := packed(x)
+	_ = x[lo:hi]
+	for i := hi - 1; i >= lo; i-- {
+		x[i] = F32FromF16(p[i])
+	}
+}
+
+// packed is x's memory as len(x) 16-bit words (its first half).
+func packed(x []float32) []uint16 {
+	return unsafe.Slice((*uint16)(unsafe.Pointer(unsafe.SliceData(x))), len(x))
 }

@@ -3,6 +3,7 @@ package half
 import (
 	"math"
 	"math/rand/v2"
+	"slices"
 	"sort"
 	"testing"
 
@@ -379,5 +380,38 @@ func TestLengthMismatchPanics(t *testing.T) {
 			}()
 			fn()
 		}()
+	}
+}
+
+// TestPackInPlace: Pack leaves in x's own memory the patterns the
+// out-of-place conversion writes, and Unpack of any part brings back the
+// rounded values of that part.
+func TestPackInPlace(t *testing.T) {
+	src := []float32{0, float32(math.Copysign(0, -1)), 1, -1.5, 3.14159, 65504, 70000, 1e-8, 6e-8, 1e38,
+		float32(math.Inf(1)), float32(math.Inf(-1)), float32(math.NaN()), 1 + 1.0/256, 2.5e-39, -123.456}
+	for _, tc := range []struct {
+		name   string
+		pack   func([]float32) []uint16
+		unpack func([]float32, int, int)
+		conv   func([]uint16, []float32)
+		widen  func(uint16) float32
+	}{
+		{"bf16", PackBF16, UnpackBF16, F32ToBF16, F32FromBF16},
+		{"fp16", PackF16, UnpackF16, F32ToF16, F32FromF16},
+	} {
+		want := make([]uint16, len(src))
+		tc.conv(want, src)
+		for _, part := range [][2]int{{0, len(src)}, {5, 11}, {1, 2}, {len(src) - 1, len(src)}, {7, 7}} {
+			x := slices.Clone(src)
+			if got := tc.pack(x); !slices.Equal(got, want) {
+				t.Fatalf("%s: packed %#04x, want %#04x", tc.name, got, want)
+			}
+			tc.unpack(x, part[0], part[1])
+			for i := part[0]; i < part[1]; i++ {
+				if w := tc.widen(want[i]); math.Float32bits(x[i]) != math.Float32bits(w) {
+					t.Errorf("%s: unpack %v: x[%d] = %v, want %v", tc.name, part, i, x[i], w)
+				}
+			}
+		}
 	}
 }

@@ -10,7 +10,9 @@
 //
 // so with Adam in fp32 4Ψ + 4Ψ + (4+8)Ψ/N bytes, plus the padding of the
 // flat buffer to a multiple of 2N (partition.FlatLayout). Nothing else:
-// the reduction works in place in the gradient buffer.
+// the reduction works in place in the gradient buffer, in 16 bits too. In
+// 16-bit training the gradients hold values of the model's dtype
+// (DeepSpeed's 16-bit .grad), kept in float32.
 //
 // The layout is DeepSpeed's: the trainable parameters flattened in
 // named_parameters order into one buffer, padded, cut into N equal
@@ -18,10 +20,14 @@
 //
 // A step:
 //
-//	backward (every micro-step): the model accumulates into the full gradient buffer
+//	backward (every micro-step): the model accumulates into the full gradient
+//	          buffer, rounded to the accumulation dtype after each unit's
+//	          backward (DeepSpeed's 16-bit .grad += the micro-step's)
 //	boundary: gradients averaged (zcore.Averaging: ÷N before the sum, with
-//	          reduce_scatter) and reduce-scattered in place, so rank r's
-//	          partition of the buffer holds the averaged gradient it owns
+//	          reduce_scatter, in the model's dtype) and reduce-scattered in
+//	          place in communication_data_type (16 bits: packed into the
+//	          buffer's own memory), so rank r's partition of the buffer
+//	          holds the averaged gradient it owns, in the model's dtype
 //	norm, clip, optimizer step on the partition, all-gather (zcore.Shard)
 //	the gradient buffer is zeroed for the next step
 //
@@ -34,4 +40,11 @@
 // reduce_bucket_size does not split it (it changes no number either way).
 // overlap_comm is not implemented at stage 1 (the engine says so): the
 // reduction runs after the last backward of the step.
+//
+// With round_robin_gradients the flat buffer holds the parameters in
+// DeepSpeed's round-robin order (zcore.FlatOrder), so a rank's partition
+// is several runs of the model's buffer: the gradients are all-reduced in
+// buckets of reduce_bucket_size and each rank copies its runs into a
+// gradient partition of its own (P more elements of mem.Grads), and the
+// updated runs are broadcast by their owners (zcore.Shard).
 package stage1

@@ -31,15 +31,17 @@
 //	the bucket while it stays one contiguous range of at most
 //	reduce_bucket_size elements (otherwise the bucket is reduced first),
 //	and a bucket that is full is reduced at once:
-//	    ÷N (zcore.Averaging), all-reduce (SUM) in place, in calls of at
-//	    most reduce_bucket_size elements
+//	    ÷N in the model's dtype (zcore.Averaging), all-reduce (SUM) in
+//	    place in communication_data_type, in calls of at most
+//	    reduce_bucket_size elements
 //	    the rank adds the part of the bucket inside its partition to its
-//	    gradient partition, and releases the bucket
+//	    gradient partition (rounded to the accumulation dtype: the model's,
+//	    DeepSpeed's 16-bit averaged_gradients), and releases the bucket
 //	after the last unit, the last bucket is reduced and every reduction
 //	waited for
 //
 // So gradients are reduced at every micro-step and accumulated, already
-// averaged, in the fp32 gradient partition, as DeepSpeed does at stage 2
+// averaged, in the gradient partition, as DeepSpeed does at stage 2
 // (its averaged_gradients); at the boundary the step runs on the partition
 // (zcore.Shard: norm, clip, optimizer, all-gather).
 //
@@ -54,4 +56,9 @@
 // no reduce-to-one-rank collective, so a reduce-scatter would move more
 // data, not less. The sums are the same either way: every element is
 // reduced in rank order (comm.Reduce).
+//
+// With round_robin_gradients the partitions follow DeepSpeed's
+// round-robin flat order (zcore.FlatOrder): a rank's partition is several
+// runs of the model's buffer, and a landed bucket adds each run it
+// overlaps to its place in the gradient partition.
 package stage2

@@ -14,6 +14,7 @@ import (
 // Strategy is ZeRO stage 2 on one rank (see the package doc).
 type Strategy struct {
 	o     zcore.Options
+	accum func([]float32) // rounding of the gradient partition after each add; nil: fp32
 	shard *zcore.Shard
 	grads *zcore.Pages // the model's gradient buffer, Layout.Numel; live only where units are
 	part  []float32    // the averaged gradient partition, PartitionSize (mem.Grads)
@@ -49,7 +50,10 @@ func New(o zcore.Options) (_ *Strategy, err error) {
 	if err := o.Check("stage 2"); err != nil {
 		return nil, err
 	}
-	s := &Strategy{o: o}
+	s := &Strategy{o: o, accum: zcore.Rounding(o.DTypes.Accum)}
+	// The gradients are reduced in the model's dtype (DeepSpeed's 16-bit
+	// .grad and its ipg buffer).
+	s.o.Average = o.Average.In(o.DTypes.Model, o.DTypes.Comm)
 	defer func() {
 		if err != nil {
 			s.Close()
@@ -202,6 +206,7 @@ func (s *Strategy) flush() error {
 	o := &s.o
 	g := s.grads.F32()[s.bucket.lo:s.bucket.hi]
 	o.Average.Before(o.Pool, g)
+	wire := o.Average.Wire(g)
 	f := flight{span: s.bucket}
 	if n := len(s.spare); n > 0 {
 		f.hs, s.bucket.units = s.spare[n-1].hs, s.spare[n-1].units
@@ -211,7 +216,7 @@ func (s *Strategy) flush() error {
 	}
 	if o.Comm.Size() > 1 {
 		zcore.Chunks(len(g), o.BucketSize, func(lo, hi int) {
-			f.hs = append(f.hs, o.Comm.AllReduce(o.Ctx, comm.F32(g[lo:hi]), comm.Sum))
+			f.hs = append(f.hs, o.Comm.AllReduce(o.Ctx, wire.Slice(lo, hi), comm.Sum))
 		})
 	}
 	s.inflight = append(s.inflight, f)
@@ -238,13 +243,24 @@ func (s *Strategy) land() error {
 		return fmt.Errorf("stage 2: all-reduce of the gradients of %s: %w", s.names(f.units), err)
 	}
 	g := s.grads.F32()
-	plo, phi := s.shard.Lo, s.shard.Hi
-	if lo, hi := max(f.lo, plo), min(f.hi, phi); lo < hi {
+	// The runs of the rank's partition in the bucket, last first: widening
+	// a run overwrites packed words of higher elements only.
+	runs := s.shard.Runs()
+	for k := len(runs) - 1; k >= 0; k-- {
+		r := runs[k]
+		lo, hi := max(f.lo, r.Model), min(f.hi, r.Model+r.N)
+		if lo >= hi {
+			continue
+		}
+		s.o.Average.Unwire(g[f.lo:f.hi], lo-f.lo, hi-f.lo)
 		mine := g[lo:hi]
 		s.o.Average.After(s.o.Pool, mine)
-		acc := s.part[lo-plo : hi-plo]
+		acc := s.part[r.Part+lo-r.Model : r.Part+hi-r.Model]
 		for i, v := range mine {
 			acc[i] += v
+		}
+		if s.accum != nil {
+			s.accum(acc) // DeepSpeed's 16-bit averaged_gradients add_
 		}
 	}
 	s.grads.Release(f.lo, f.hi)

@@ -123,6 +123,8 @@ func NewEngine(plan dsconfig.Plan, o Options) (*Engine, error) {
 	alloc := optim.Alloc{Acct: o.Acct, Tier: optimizerTier(plan)}
 	so := StrategyOptions{Ctx: o.Ctx, Comm: c, Acct: o.Acct, Layout: o.Layout, Init: o.Init, InitFunc: o.InitFunc,
 		Round: e.Round(), Clip: plan.GradientClipping, Average: averaging(plan),
+		DTypes:     zcore.DeepSpeedGradDTypes(plan.Zero.Stage, plan.Precision.DType, plan.DataTypes.GradAccumDType, plan.CommunicationDataType),
+		RoundRobin: plan.Zero.RoundRobinGradients,
 		BucketSize: int(plan.Zero.ReduceBucketSize), Overlap: plan.Zero.OverlapComm, Pool: e.pool,
 		NewOptimizer: func(n int) (optim.Optimizer, error) { return newOptimizer(plan, n, alloc, e.pool) }}
 	var initErr error
@@ -297,20 +299,17 @@ func CheckPlan(plan dsconfig.Plan) (warns []string, err error) {
 	case off.Ratio != 1:
 		refuse("zero_optimization.offload_optimizer.ratio %g: partial optimizer offload is not implemented yet; set it to 1 or remove it", off.Ratio)
 	}
-	if z.Stage >= 1 && z.RoundRobinGradients {
-		refuse("zero_optimization.round_robin_gradients: not implemented yet (it reorders the flat buffer, which moves the partitions and the norm's summation order); set it to false")
-	}
 	if world > 1 && plan.GradientAllreduceOp == "sum" {
 		refuse(`gradient_allreduce_op "sum": summed (not averaged) gradients are not implemented yet; use "mean"`)
 	}
-	if world > 1 && (plan.CommunicationDataType == "fp16" || plan.CommunicationDataType == "bf16") {
-		refuse(`communication_data_type %q: reducing gradients in 16 bits is not implemented yet (dszero reduces in fp32); set it to "fp32" or remove it`, plan.CommunicationDataType)
+	if world > 1 && z.Stage == 3 && (plan.CommunicationDataType == "fp16" || plan.CommunicationDataType == "bf16") {
+		refuse(`communication_data_type %q: stage 3 does not reduce gradients in 16 bits yet (it reduces in fp32); set it to "fp32" or remove it`, plan.CommunicationDataType)
 	}
 	if len(errs) > 0 {
 		return nil, fmt.Errorf("%s: %w", plan.File, errors.Join(errs...))
 	}
-	if dt := plan.Precision.DType; world > 1 && dt != "fp32" && plan.CommunicationDataType == "" {
-		warns = append(warns, fmt.Sprintf(`communication_data_type: gradients are reduced in fp32; DeepSpeed reduces them in %s (the model's dtype), so results differ at %s precision`, dt, dt))
+	if dt := plan.Precision.DType; world > 1 && z.Stage == 3 && dt != "fp32" && plan.CommunicationDataType == "" {
+		warns = append(warns, fmt.Sprintf(`communication_data_type: stage 3 reduces gradients in fp32; DeepSpeed reduces them in %s (the model's dtype), so results differ at %s precision`, dt, dt))
 	}
 	if z.Stage == 1 && z.OverlapComm {
 		warns = append(warns, "zero_optimization.overlap_comm: stage 1 reduces the gradients after the step's last backward, without overlap (the numbers are the same)")

@@ -5,6 +5,7 @@ import (
 	"math"
 
 	"github.com/dszero/dszero/comm"
+	"github.com/dszero/dszero/device"
 	"github.com/dszero/dszero/internal/zcore"
 	"github.com/dszero/dszero/mem"
 	"github.com/dszero/dszero/zero/lossscale"
@@ -22,14 +23,24 @@ import (
 // flattens into buckets of MEMORY_OPT_ALLREDUCE_SIZE = 5e8 elements, the
 // default reduce_bucket_size; the buckets change no number). Every rank
 // then holds the same averaged gradients and takes the same step.
+//
+// Dtypes (Options.DTypes): the gradients accumulate over the micro-steps
+// in the accumulation dtype (fp32 for bf16, BF16_Optimizer's; fp16 for
+// fp16, FP16_Optimizer's .grad), rounded after each backward; the
+// all-reduce runs in communication_data_type (Averaging.In). With bf16 the
+// step clips as BF16_Optimizer does: the norm of the rank's own
+// (identical) gradients, Σ‖g‖² summed in order, no average over the
+// ranks, and the gradients scaled only when the coefficient is below 1.
 type Stage0 struct {
 	o   zcore.Options
 	opt optim.Optimizer
 
-	dirty  bool      // LeaveGradsDirty: the model overwrites the gradients, do not clear them
-	master []float32 // fp32 master parameters (the working parameters too when Round is nil)
-	work   []float32 // working parameters in the training precision
-	grads  []float32 // fp32 gradient accumulation
+	dirty  bool            // LeaveGradsDirty: the model overwrites the gradients, do not clear them
+	accum  func([]float32) // rounding to the accumulation dtype after each backward; nil: fp32
+	bf16   bool            // BF16_Optimizer's norm and clipping
+	master []float32       // fp32 master parameters (the working parameters too when Round is nil)
+	work   []float32       // working parameters in the training precision
+	grads  []float32       // fp32 gradient accumulation
 
 	norms, scratch []float32
 	one            []float32     // the norm's all-reduce buffer
@@ -47,7 +58,8 @@ func NewStage0(o StrategyOptions) (_ *Stage0, err error) {
 		return nil, err
 	}
 	n := o.Layout.Numel
-	s := &Stage0{o: o}
+	s := &Stage0{o: o, accum: zcore.Rounding(o.DTypes.Accum), bf16: o.DTypes.Model == device.BF16}
+	s.o.Average = o.Average.In(o.DTypes.Accum, o.DTypes.Comm)
 	defer func() {
 		if err != nil {
 			s.Close()
@@ -103,11 +115,21 @@ func (s *Stage0) Optimizer() optim.Optimizer { return s.opt }
 // LeaveGradsDirty implements GradOverwriter.
 func (s *Stage0) LeaveGradsDirty() { s.dirty = true }
 
-// Stage 0 keeps everything resident: nothing to do at unit boundaries.
+// Stage 0 keeps everything resident: nothing to do at unit boundaries but
+// the rounding of the accumulated gradients (AfterBackward).
 func (s *Stage0) BeforeForward(int) error  { return nil }
 func (s *Stage0) AfterForward(int) error   { return nil }
 func (s *Stage0) BeforeBackward(int) error { return nil }
-func (s *Stage0) AfterBackward(int) error  { return nil }
+
+// AfterBackward rounds unit u's accumulated gradients to the accumulation
+// dtype (a 16-bit .grad += the micro-step's gradient).
+func (s *Stage0) AfterBackward(u int) error {
+	if s.accum != nil {
+		un := s.o.Layout.Units[u]
+		s.accum(s.grads[un.Offset : un.Offset+un.Numel])
+	}
+	return nil
+}
 
 // Step implements Strategy: the averaged all-reduce, overflow check,
 // clipping, the optimizer step and the copy back into the working
@@ -119,9 +141,10 @@ func (s *Stage0) Step(in StepInput) (StepResult, error) {
 	}
 	o.Average.Before(o.Pool, s.grads)
 	var err error
-	if s.hs, err = zcore.AllReduce(o.Ctx, o.Comm, s.grads, o.BucketSize, s.hs); err != nil {
+	if s.hs, err = zcore.AllReduceWire(o.Ctx, o.Comm, o.Average.Wire(s.grads), o.BucketSize, s.hs); err != nil {
 		return StepResult{}, fmt.Errorf("stage 0: all-reduce of the gradients: %w", err)
 	}
+	o.Average.Unwire(s.grads, 0, len(s.grads))
 	o.Average.After(o.Pool, s.grads)
 	if in.CheckOverflow && lossscale.HasInfOrNaN(s.grads) {
 		return StepResult{GradNorm: -1, Overflow: true}, nil // the same on every rank
@@ -129,9 +152,23 @@ func (s *Stage0) Step(in StepInput) (StepResult, error) {
 	for i, sp := range o.Layout.Specs {
 		s.norms[i] = optim.Norm2F32(s.grads[sp.Offset : sp.Offset+sp.Numel])
 	}
-	total := optim.DSStage0Norm(s.norms, s.scratch) // norm of the scaled gradients
-	var factor float32
-	if in.LossScale == 1 {
+	var total, factor float32 // the norm of the scaled gradients; their scale factor
+	switch {
+	case s.bf16 && in.LossScale == 1:
+		// BF16_Optimizer.step: get_global_norm_of_tensors adds the
+		// squared norms one by one in float32, no average over the
+		// ranks; clip_tensors_by_global_norm scales only below 1.
+		var sq float32
+		for _, n := range s.norms {
+			sq += n * n
+		}
+		total = float32(math.Sqrt(float64(sq)))
+		factor = 1
+		if o.Clip > 0 {
+			factor = optim.TorchClipCoef(total, o.Clip)
+		}
+	case in.LossScale == 1:
+		total = optim.DSStage0Norm(s.norms, s.scratch)
 		// DeepSpeed's fp32 path (runtime/utils.py clip_grad_norm_): the
 		// ranks average their norms (all the same after the all-reduce).
 		// DeepSpeed multiplies the gradients by the coefficient even when
@@ -147,8 +184,9 @@ func (s *Stage0) Step(in StepInput) (StepResult, error) {
 		if o.Clip > 0 {
 			factor = optim.DSStage0Coef(total, o.Clip)
 		}
-	} else {
+	default:
 		// The mixed-precision path unscales and clips in one multiply.
+		total = optim.DSStage0Norm(s.norms, s.scratch)
 		factor = optim.ZeroUnscaleFactor(total, in.LossScale, o.Clip)
 	}
 	if factor != 1 {

@@ -148,12 +148,20 @@ func Bits(b comm.Buffer) []uint32 {
 
 // Reference is the serial definition of Sum and Avg over ranks' values for
 // one element, as comm.Reduce documents it, rounded to dt: a float32 sum in
-// rank order, one float32 division for Avg, one rounding.
+// rank order (a 16-bit dt rounds after every addition), one float32
+// division for Avg, one rounding.
 func Reference(dt device.DType, op comm.Op, vals []float32) uint32 {
+	round := func(x float32) float32 { return x }
+	switch dt {
+	case device.F16:
+		round = half.NearestF16
+	case device.BF16:
+		round = half.NearestBF16
+	}
 	s := vals[0]
 	if len(vals) > 1 {
 		for _, x := range vals[1:] {
-			s += x
+			s = round(s + x)
 		}
 		if op == comm.Avg {
 			s /= float32(len(vals))

@@ -1,6 +1,12 @@
 package zcore
 
 import (
+	"context"
+	"fmt"
+
+	"github.com/dszero/dszero/comm"
+	"github.com/dszero/dszero/device"
+	"github.com/dszero/dszero/half"
 	"github.com/dszero/dszero/zero/optim"
 )
 
@@ -21,11 +27,30 @@ import (
 // float); the ZeRO division is a float32 division. For a power-of-two
 // world every rule is exact, so the average is the same bits whichever
 // rule and whichever place the reduction happens in.
+//
+// Dtypes (In): DeepSpeed reduces a bucket of gradients held in the
+// bucket's dtype (the gradient accumulation dtype at stage 0, the model's
+// at stages 1 and 2) in communication_data_type. The engine's rule casts
+// the bucket to the communication dtype (tensor.to), scales and sums it
+// there, and copies the result back into the bucket (tensor.copy_); the
+// ZeRO rule divides in the bucket's dtype first, then casts. Every 16-bit
+// operation rounds its result. Wire and Unwire move a bucket to and from
+// its form on the wire: 16-bit values packed into the bucket's own memory.
 type Averaging struct {
 	World int
 	pre   float32 // multiply before the sum; 0: none
 	div   float32 // divide before the sum; 0: none
 	post  float32 // multiply after the sum; 0: none
+
+	bucket func([]float32) // rounding to the bucket's dtype; nil: fp32
+	comm   device.DType    // the dtype of the sum (communication_data_type)
+}
+
+// In returns the rule with the bucket held in dtype bucket and summed in
+// dtype comm (both device.F32 by default).
+func (a Averaging) In(bucket, comm device.DType) Averaging {
+	a.bucket, a.comm = Rounding(bucket), comm
+	return a
 }
 
 // EngineAveraging is the engine's rule (see Averaging).
@@ -59,21 +84,139 @@ func ZeroAveraging(world int) Averaging {
 	return a
 }
 
-// Before applies the rule's part before the sum to x, in place.
+// Before applies the rule's part before the sum to x, in place: x
+// rounded to the bucket's dtype (a no-op when it holds that dtype
+// already), the division in that dtype, the cast to the communication
+// dtype, the multiplication in it.
 func (a Averaging) Before(p *optim.Pool, x []float32) {
-	if a.pre != 0 {
-		p.Scale(x, a.pre)
-	}
+	toComm := Rounding(a.comm)
+	round(a.bucket, x)
 	if a.div != 0 {
 		divide(x, a.div)
+		round(a.bucket, x)
+	}
+	round(toComm, x)
+	if a.pre != 0 {
+		p.Scale(x, a.pre)
+		round(toComm, x)
 	}
 }
 
-// After applies the rule's part after the sum to x, in place.
+// After applies the rule's part after the sum to x, in place: the
+// multiplication in the communication dtype, and the copy back into the
+// bucket's dtype.
 func (a Averaging) After(p *optim.Pool, x []float32) {
 	if a.post != 0 {
 		p.Scale(x, a.post)
+		round(Rounding(a.comm), x)
 	}
+	round(a.bucket, x)
+}
+
+// Wire is x, which Before has prepared, as the buffer the sum runs on:
+// x itself in fp32; in 16 bits its values packed into x's own memory
+// (half.PackBF16), which then holds no float32 values until Unwire.
+func (a Averaging) Wire(x []float32) comm.Buffer {
+	switch a.comm {
+	case device.BF16:
+		return comm.BF16(half.PackBF16(x))
+	case device.F16:
+		return comm.F16(half.PackF16(x))
+	}
+	return comm.F32(x)
+}
+
+// Unwire widens elements [lo, hi) of x, which Wire packed, back to
+// float32 (nothing to do in fp32).
+func (a Averaging) Unwire(x []float32, lo, hi int) {
+	switch a.comm {
+	case device.BF16:
+		half.UnpackBF16(x, lo, hi)
+	case device.F16:
+		half.UnpackF16(x, lo, hi)
+	}
+}
+
+// AllReduceWire sums buf, a wire buffer, across c's ranks in calls of at
+// most size elements (see AllReduce; hs is the caller's scratch).
+func AllReduceWire(ctx context.Context, c comm.Comm, buf comm.Buffer, size int, hs []comm.Handle) ([]comm.Handle, error) {
+	if c.Size() == 1 {
+		return hs, nil
+	}
+	hs = hs[:0]
+	Chunks(buf.Len(), size, func(lo, hi int) {
+		hs = append(hs, c.AllReduce(ctx, buf.Slice(lo, hi), comm.Sum))
+	})
+	err := comm.WaitAll(hs...)
+	clear(hs)
+	return hs[:0], err
+}
+
+// Rounding is the rounding to dt (nil for fp32): what the model, a stage
+// or a collective emulates a 16-bit tensor with.
+func Rounding(dt device.DType) func([]float32) {
+	switch dt {
+	case device.BF16:
+		return half.RoundBF16
+	case device.F16:
+		return half.RoundF16
+	}
+	return nil
+}
+
+func round(r func([]float32), x []float32) {
+	if r != nil {
+		r(x)
+	}
+}
+
+// GradDTypes are the dtypes DeepSpeed 0.14.5 keeps and reduces gradients
+// in (engine.get_data_types, communication_data_type).
+type GradDTypes struct {
+	Model device.DType // the model's: the parameters, each backward's gradients
+	// Accum is the dtype the gradients accumulate in over the micro-steps
+	// of a step (data_types.grad_accum_dtype): each micro-step's sum is
+	// rounded to it.
+	Accum device.DType
+	Comm  device.DType // communication_data_type: the reduction's
+}
+
+// DeepSpeedGradDTypes resolves the dtypes of a ZeRO stage from a plan's
+// names ("fp32", "fp16", "bf16"; "" for an unset model (fp32), accum or
+// comm dtype): the communication dtype defaults to the model's
+// (engine.communication_data_type); the accumulation dtype defaults to the
+// model's, except fp32 for bf16 without ZeRO (BF16_Optimizer's fp32
+// gradients). Stage 2 accumulates in the model's dtype whatever
+// grad_accum_dtype says (its averaged gradients are views of the 16-bit
+// gradients: stage_1_and_2.py get_flat_partition), and so does fp16 at
+// stage 0 (FP16_Optimizer's fp16 .grad). Any other name is a programmer
+// error: a compiled plan has only these.
+func DeepSpeedGradDTypes(stage int, model, accum, comm string) GradDTypes {
+	var d GradDTypes
+	d.Model = parseDType(model)
+	d.Accum, d.Comm = d.Model, d.Model
+	if d.Model == device.BF16 && stage == 0 {
+		d.Accum = device.F32
+	}
+	if accum != "" && stage != 2 && !(stage == 0 && d.Model == device.F16) {
+		d.Accum = parseDType(accum)
+	}
+	if comm != "" {
+		d.Comm = parseDType(comm)
+	}
+	return d
+}
+
+func parseDType(s string) device.DType {
+	for _, dt := range []device.DType{device.F32, device.F16, device.BF16} {
+		if dt.String() == s {
+			return dt
+		}
+	}
+	if s == "" {
+		return device.F32
+	}
+	panic(fmt.Sprintf("zcore: dtype %q: want fp32, fp16 or bf16", s))
 }
 
 // divide is x[i] /= d (torch's div_ by a scalar, float32).

@@ -78,6 +78,13 @@ type Options struct {
 	// partition, or the whole model at stage 0).
 	NewOptimizer func(n int) (optim.Optimizer, error)
 	Pool         *optim.Pool
+	// DTypes are the dtypes the gradients are kept, accumulated and
+	// reduced in (DeepSpeedGradDTypes); the zero value is fp32 throughout.
+	// Stages 0, 1 and 2 follow them (see Averaging.In).
+	DTypes GradDTypes
+	// RoundRobin is round_robin_gradients: stages 1 and 2 flatten the
+	// parameters in DeepSpeed's round-robin order (FlatOrder).
+	RoundRobin bool
 }
 
 // Check validates o and fills its defaults (Ctx, Comm, Average). It is

@@ -11,13 +11,15 @@ import "math"
 //
 // Each (b, h) pair is independent; the pairs are spread over the pool.
 // With Round the 16-bit tensors are s (after the scale), att, y and, in
-// backward, d(att), d(s) and dq, dk, dv.
+// backward, d(att), d(s) and dq, dk, dv. With bf16 every sum of products
+// runs in the order of torch's bf16 bmm (dotPairs).
 
 // attnShape is what the forward and backward jobs share: T, C and NH of
 // the pass and the 16-bit rounding.
 type attnShape struct {
 	T, C, NH int
 	round    func([]float32)
+	bf16     bool // torch's bf16 softmax backward: Σ p·g rounded to bf16
 }
 
 // dims returns the head size HS, the qkv row stride 3C and the score
@@ -29,7 +31,7 @@ func (s *attnShape) dims() (HS, C3 int, scale float32) {
 
 // attnShape is the shared part of both jobs for sequences of length T.
 func (m *Model) attnShape(T int) attnShape {
-	return attnShape{T: T, C: m.cfg.Dim, NH: m.cfg.Heads, round: m.opt.Round}
+	return attnShape{T: T, C: m.cfg.Dim, NH: m.cfg.Heads, round: m.opt.Round, bf16: m.bf16}
 }
 
 // attnJob is the forward over (b, h) pairs [lo, hi).
@@ -51,8 +53,12 @@ func (j *attnJob) runRange(lo, hi int) {
 			for t2 := range s {
 				k := j.qkv[base+t2*C3+C+h*HS:][:HS]
 				var dot float32
-				for i, qi := range q {
-					dot += qi * k[i]
+				if j.bf16 {
+					dot = dotPairs(q, k)
+				} else {
+					for i, qi := range q {
+						dot += qi * k[i]
+					}
 				}
 				s[t2] = dot * scale
 			}
@@ -63,13 +69,18 @@ func (j *attnJob) runRange(lo, hi int) {
 			for _, v := range s[1:] {
 				mx = max(mx, v)
 			}
-			var sum float64
-			for t2, v := range s {
-				e := float32(math.Exp(float64(v - mx)))
-				s[t2] = e
-				sum += float64(e)
+			var inv float32
+			if j.bf16 {
+				inv = 1 / softmaxSumBF16(s, mx)
+			} else {
+				var sum float64
+				for t2, v := range s {
+					e := float32(math.Exp(float64(v - mx)))
+					s[t2] = e
+					sum += float64(e)
+				}
+				inv = 1 / float32(sum)
 			}
-			inv := 1 / float32(sum)
 			for t2 := range s {
 				s[t2] *= inv
 			}
@@ -79,7 +90,11 @@ func (j *attnJob) runRange(lo, hi int) {
 			}
 			y := j.out[(b*T+t)*C+h*HS:][:HS]
 			clear(y)
-			for t2, p := range s {
+			for t2 := range s {
+				if j.bf16 {
+					t2 = pairSwap(t2, len(s))
+				}
+				p := s[t2]
 				v := j.qkv[base+t2*C3+2*C+h*HS:][:HS]
 				for i := range y {
 					y[i] += p * v[i]
@@ -122,6 +137,9 @@ func (j *attnBackJob) runRange(lo, hi int) {
 		}
 		// datt and dv from dy; then the softmax and scale backward in place.
 		for t := range T {
+			if j.bf16 {
+				t = pairSwap(t, T) // dv sums over t in the bf16 GEMM's order
+			}
 			dy := j.dout[(b*T+t)*C+h*HS:][:HS]
 			p := j.att[(bh*T+t)*T:][:t+1]
 			ds := j.datt[(bh*T+t)*T:][:t+1]
@@ -129,20 +147,32 @@ func (j *attnBackJob) runRange(lo, hi int) {
 				v := j.qkv[base+t2*C3+2*C+h*HS:][:HS]
 				dv := j.dqkv[base+t2*C3+2*C+h*HS:][:HS]
 				var dot float32
-				for i, g := range dy {
-					dot += g * v[i]
-					dv[i] += p[t2] * g
+				if j.bf16 {
+					dot = dotPairs(dy, v)
+					for i, g := range dy {
+						dv[i] += p[t2] * g
+					}
+				} else {
+					for i, g := range dy {
+						dot += g * v[i]
+						dv[i] += p[t2] * g
+					}
 				}
 				ds[t2] = dot
 			}
 			if j.round != nil {
 				j.round(ds)
 			}
-			var sum float64
-			for t2, g := range ds {
-				sum += float64(p[t2] * g)
+			var s float32
+			if j.bf16 {
+				s = rb(softmaxBackSumBF16(p, ds))
+			} else {
+				var sum float64
+				for t2, g := range ds {
+					sum += float64(p[t2] * g)
+				}
+				s = float32(sum)
 			}
-			s := float32(sum)
 			for t2, g := range ds {
 				ds[t2] = p[t2] * (g - s)
 			}
@@ -155,10 +185,17 @@ func (j *attnBackJob) runRange(lo, hi int) {
 		}
 		// dq, dk from ds.
 		for t := range T {
+			if j.bf16 {
+				t = pairSwap(t, T) // dk sums over t in the bf16 GEMM's order
+			}
 			ds := j.datt[(bh*T+t)*T:][:t+1]
 			q := j.qkv[base+t*C3+h*HS:][:HS]
 			dq := j.dqkv[base+t*C3+h*HS:][:HS]
-			for t2, g := range ds {
+			for t2 := range ds {
+				if j.bf16 {
+					t2 = pairSwap(t2, len(ds)) // and dq over t2
+				}
+				g := ds[t2]
 				k := j.qkv[base+t2*C3+C+h*HS:][:HS]
 				dk := j.dqkv[base+t2*C3+C+h*HS:][:HS]
 				for i := range dq {

@@ -4,21 +4,29 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"testing"
+
+	"github.com/dszero/dszero/half"
 )
 
 // BenchmarkGPTStep times one Forward+Backward (a micro-step) with the gonum
 // Gemmer, as the first micro-step of a training step (after
 // OverwriteGrads), and reports tokens/s of wall time and tokens per
-// CPU-second (all threads; robust on a shared machine). Run with e.g.
+// CPU-second (all threads; robust on a shared machine). The bf16 cases
+// run torch's bf16 kernels (bf16.go). Run with e.g.
 //
 //	go test ./model/gpt -run '^$' -bench GPTStep/small -benchtime 3x
 func BenchmarkGPTStep(b *testing.B) {
 	for _, bc := range []struct {
 		preset string
 		T      int
-	}{{"small", 128}, {"gpt2", 64}} {
+		bf16   bool
+	}{{"small", 128, false}, {"gpt2", 64, false}, {"small", 128, true}} {
 		for _, B := range []int{1, 2, 4} {
-			b.Run(fmt.Sprintf("%s/B=%d/T=%d", bc.preset, B, bc.T), func(b *testing.B) {
+			name := fmt.Sprintf("%s/B=%d/T=%d", bc.preset, B, bc.T)
+			if bc.bf16 {
+				name = fmt.Sprintf("%s-bf16/B=%d/T=%d", bc.preset, B, bc.T)
+			}
+			b.Run(name, func(b *testing.B) {
 				cfg, err := Preset(bc.preset)
 				if err != nil {
 					b.Fatal(err)
@@ -26,7 +34,12 @@ func BenchmarkGPTStep(b *testing.B) {
 				l := cfg.Layout()
 				params := make([]float32, l.Numel)
 				l.InitRange(1, params, 0)
-				m, _ := newTestModel(b, cfg, Options{}, params)
+				var opt Options
+				if bc.bf16 {
+					opt.Round = half.RoundBF16
+					half.RoundBF16(params)
+				}
+				m, _ := newTestModel(b, cfg, opt, params)
 				rng := rand.New(rand.NewPCG(1, 2))
 				tokens := randomTokens(rng, B*bc.T, cfg.Vocab)
 				targets := randomTokens(rng, B*bc.T, cfg.Vocab)

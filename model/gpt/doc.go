@@ -62,9 +62,22 @@
 // sum of two gradient paths; wte's gradient after each added row, wpe's
 // once. Each parameter's gradient of one Backward is rounded before it is
 // added to the float32 gradient buffer, like a 16-bit .grad added into
-// fp32 accumulators (DeepSpeed's BF16_Optimizer). This is the op list of
-// the harness's fp16emu.py, which matches torch's bf16 CPU kernels
-// except where those accumulate in 16 bits.
+// fp32 accumulators (DeepSpeed's BF16_Optimizer).
+//
+// With fp16 that is all: the op list of the harness's fp16emu.py (torch
+// 1.13 has no fp16 CPU kernels). With bf16 the model reproduces torch
+// 1.13.1's CPU bf16 kernels bit for bit (bf16.go, checked against torch
+// by TestBF16KernelsMatchTorch and TestBF16GradientsMatchTorch), which
+// differ from "float32, round once" in places: LayerNorm's moments,
+// rstd and weight/bias gradient sums in bf16; GELU with every operation
+// in bf16; the softmax backward's Σ p·g rounded to bf16; every matrix
+// product summed in oneDNN's bf16 order (pairs of products, odd element
+// first) instead of the Gemmer's; exp and log of the softmax and the
+// loss as Sleef computes them. One rounding that lands differently
+// grows, through Adam, into weight differences of ~4e-3 after 10 steps,
+// the size of bf16 itself; with these kernels DeepSpeed 0.14.5's bf16
+// runs are reproduced exactly. The bf16 products are plain Go loops, not
+// the Gemmer: slower than BLAS on large models.
 //
 // # Precision notes (float32)
 //

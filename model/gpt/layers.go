@@ -22,6 +22,7 @@ type jobs struct {
 	ce    ceJob
 	attn  attnJob
 	attnB attnBackJob
+	mm    mmJob
 }
 
 func (m *Model) round(s []float32) {
@@ -148,6 +149,10 @@ func (m *Model) scatterRows(dst, dout []float32, tokens []int32) {
 // are accumulated in float64 and rounded to float32, the rest is float32
 // in PyTorch's order.
 func (m *Model) layernormForward(out, mean, rstd, inp, w, b []float32, N int) {
+	if m.bf16 {
+		m.layernormForwardBF16(out, mean, rstd, inp, w, b, N)
+		return
+	}
 	C, eps := m.cfg.Dim, m.cfg.Eps
 	for r := range N {
 		x := inp[r*C:][:C]
@@ -179,6 +184,10 @@ func (m *Model) layernormForward(out, mean, rstd, inp, w, b []float32, N int) {
 //	                                 k2 = -k1*mean - Σ dout*w * rstd/C
 //	dw += Σ_rows dout * (x*rstd - mean*rstd),  db += Σ_rows dout
 func (m *Model) layernormBackward(dinp, dw, db, dout, inp, w, mean, rstd []float32, N int) {
+	if m.bf16 {
+		m.layernormBackwardBF16(dinp, dw, db, dout, inp, w, mean, rstd, N)
+		return
+	}
 	C := m.cfg.Dim
 	invC := 1 / float32(C)
 	for r := range N {
@@ -228,6 +237,10 @@ func (m *Model) addColumnSums(grad []float32, sums []float64) {
 // w (OC, IC) in PyTorch layout, bias (OC) or nil. Like torch's addmm the
 // bias is copied into out first and the product added with beta = 1.
 func (m *Model) matmulForward(out, inp, w, bias []float32, N, IC, OC int) {
+	if m.bf16 {
+		m.matmulForwardBF16(out, inp, w, bias, N, IC, OC)
+		return
+	}
 	var beta float32
 	if bias != nil {
 		for r := range N {
@@ -244,21 +257,30 @@ func (m *Model) matmulForward(out, inp, w, bias []float32, N, IC, OC int) {
 // one GEMM with beta = 0, into the scratch or, after OverwriteGrads,
 // straight into dw.
 func (m *Model) matmulBackward(dinp, dw, dbias, dout, inp, w []float32, N, IC, OC int) {
+	if m.bf16 {
+		m.matmulBackwardBF16(dinp, dw, dbias, dout, inp, w, N, IC, OC)
+		return
+	}
 	m.opt.Gemm.Sgemm(false, false, N, IC, OC, 1, dout, OC, w, IC, 0, dinp, IC)
 	m.round(dinp[:N*IC])
 	dst := m.gradOut(dw)
 	m.opt.Gemm.Sgemm(true, false, OC, IC, N, 1, dout, OC, inp, IC, 0, dst, IC)
 	m.gradCommit(dw, dst)
 	if dbias != nil {
-		acc := m.colAcc[:OC]
-		clear(acc)
-		for r := range N {
-			for i, v := range dout[r*OC:][:OC] {
-				acc[i] += float64(v)
-			}
-		}
-		m.addColumnSums(dbias, acc)
+		m.biasGrad(dbias, dout, N, OC)
 	}
+}
+
+// biasGrad adds dbias (OC) += Σ_rows dout (N, OC), summed in float64.
+func (m *Model) biasGrad(dbias, dout []float32, N, OC int) {
+	acc := m.colAcc[:OC]
+	clear(acc)
+	for r := range N {
+		for i, v := range dout[r*OC:][:OC] {
+			acc[i] += float64(v)
+		}
+	}
+	m.addColumnSums(dbias, acc)
 }
 
 // residualForward: out = x + y (out may alias x or y).
@@ -286,10 +308,20 @@ const (
 
 type geluJob struct {
 	out, inp, dout []float32
-	backward       bool
+	backward, bf16 bool
 }
 
 func (j *geluJob) runRange(lo, hi int) {
+	if j.bf16 {
+		for i := lo; i < hi; i++ {
+			if j.backward {
+				j.out[i] = geluBackwardBF16(j.dout[i], j.inp[i])
+			} else {
+				j.out[i] = geluBF16(j.inp[i])
+			}
+		}
+		return
+	}
 	if !j.backward {
 		for i := lo; i < hi; i++ {
 			x := float64(j.inp[i])
@@ -308,7 +340,7 @@ func (j *geluJob) runRange(lo, hi int) {
 
 // geluForward: out = gelu(inp), elementwise, computed in float64.
 func (m *Model) geluForward(out, inp []float32) {
-	m.jobs.gelu = geluJob{out: out, inp: inp}
+	m.jobs.gelu = geluJob{out: out, inp: inp, bf16: m.bf16}
 	m.pool.run(len(out), 4096, &m.jobs.gelu)
 	m.jobs.gelu = geluJob{}
 	m.round(out)
@@ -316,7 +348,7 @@ func (m *Model) geluForward(out, inp []float32) {
 
 // geluBackward: dinp = dout · gelu'(inp) (dinp may alias dout).
 func (m *Model) geluBackward(dinp, inp, dout []float32) {
-	m.jobs.gelu = geluJob{out: dinp, inp: inp, dout: dout, backward: true}
+	m.jobs.gelu = geluJob{out: dinp, inp: inp, dout: dout, backward: true, bf16: m.bf16}
 	m.pool.run(len(dinp), 4096, &m.jobs.gelu)
 	m.jobs.gelu = geluJob{}
 	m.round(dinp)
@@ -329,6 +361,7 @@ type ceJob struct {
 	V                              int
 	d                              float32 // backward: dloss per position
 	backward                       bool
+	bf16                           bool // torch's float32 kernels bit for bit (expf, logf, lane sums)
 }
 
 func (j *ceJob) runRange(lo, hi int) {
@@ -342,11 +375,16 @@ func (j *ceJob) runRange(lo, hi int) {
 			for _, v := range x[1:] {
 				mx = max(mx, v)
 			}
-			var sum float64
-			for _, v := range x {
-				sum += math.Exp(float64(v - mx))
+			var lg float32
+			if j.bf16 {
+				lg = logf(sumExpLanes(x, mx))
+			} else {
+				var sum float64
+				for _, v := range x {
+					sum += math.Exp(float64(v - mx))
+				}
+				lg = float32(math.Log(sum))
 			}
-			lg := float32(math.Log(sum))
 			j.lseMax[r], j.lseLog[r] = mx, lg
 			j.losses[r] = -((x[t] - mx) - lg)
 			continue
@@ -354,7 +392,12 @@ func (j *ceJob) runRange(lo, hi int) {
 		// dlogits = (softmax - onehot(t)) · d, in place.
 		mx, lg, d := j.lseMax[r], j.lseLog[r], j.d
 		for i, v := range x {
-			p := float32(math.Exp(float64((v - mx) - lg)))
+			var p float32
+			if j.bf16 {
+				p = expf((v - mx) - lg)
+			} else {
+				p = float32(math.Exp(float64((v - mx) - lg)))
+			}
 			x[i] = p * d
 		}
 		x[t] -= d
@@ -365,9 +408,12 @@ func (j *ceJob) runRange(lo, hi int) {
 // statistics backward needs, and returns the mean loss (summed in
 // float64).
 func (m *Model) crossentropyForward(losses, lseMax, lseLog, logits []float32, targets []int32, N int) float32 {
-	m.jobs.ce = ceJob{logits: logits, lseMax: lseMax, lseLog: lseLog, losses: losses, targets: targets, V: m.cfg.Vocab}
+	m.jobs.ce = ceJob{logits: logits, lseMax: lseMax, lseLog: lseLog, losses: losses, targets: targets, V: m.cfg.Vocab, bf16: m.bf16}
 	m.pool.run(N, 1, &m.jobs.ce)
 	m.jobs.ce = ceJob{}
+	if m.bf16 {
+		return nllMean(losses[:N])
+	}
 	var sum float64
 	for _, l := range losses[:N] {
 		sum += float64(l)
@@ -378,7 +424,7 @@ func (m *Model) crossentropyForward(losses, lseMax, lseLog, logits []float32, ta
 // crossentropyBackward turns logits (N, V) into dlogits in place, for a
 // loss gradient of d per position (dlossScale/N for a mean).
 func (m *Model) crossentropyBackward(logits, lseMax, lseLog []float32, targets []int32, d float32, N int) {
-	m.jobs.ce = ceJob{logits: logits, lseMax: lseMax, lseLog: lseLog, targets: targets, V: m.cfg.Vocab, d: d, backward: true}
+	m.jobs.ce = ceJob{logits: logits, lseMax: lseMax, lseLog: lseLog, targets: targets, V: m.cfg.Vocab, d: d, backward: true, bf16: m.bf16}
 	m.pool.run(N, 1, &m.jobs.ce)
 	m.jobs.ce = ceJob{}
 	m.round(logits[:N*m.cfg.Vocab])

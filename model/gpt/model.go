@@ -13,7 +13,8 @@ import (
 type Options struct {
 	// Gemm runs every matrix multiplication, always from the goroutine
 	// that called Forward or Backward, so it may parallelise each call
-	// itself. Required.
+	// itself. Required. (With bf16 Round the model sums its products in
+	// torch's bf16 order itself: see doc.go.)
 	Gemm model.Gemmer
 	// Acct accounts the activations (mem.Activations) and a scratch the
 	// size of the largest parameter tensor where each parameter gradient
@@ -32,7 +33,9 @@ type Options struct {
 	CPUCheckpoint bool
 	// Round, if set, emulates 16-bit compute: it is applied to the output
 	// of every op, forward and backward (see doc.go for the list), e.g.
-	// half.RoundBF16. The parameters must already hold 16-bit values.
+	// half.RoundBF16. When it rounds to bf16 the ops follow torch's CPU
+	// bf16 kernels bit for bit (bf16.go). The parameters must already
+	// hold 16-bit values.
 	// It is called from several goroutines at once on disjoint slices.
 	Round func([]float32)
 	// Workers bounds the goroutines of the attention, GELU and
@@ -69,6 +72,12 @@ type Model struct {
 	pg      []float32 // one parameter's fresh gradient, largest tensor's size (mem.Temp)
 	colAcc  []float64 // column sums for bias and LayerNorm parameter gradients
 	rowSeen []uint64  // a bit per wte row: rows already added in encoderBackward
+
+	// bf16: Round rounds to bf16, and the ops that torch's CPU bf16
+	// kernels do not compute in float32 follow those kernels (bf16.go).
+	bf16    bool
+	moments []momentStack // LayerNorm moments' cascade (bf16)
+	lnAccB  []float32     // LayerNorm bias gradient, summed in bf16 (C)
 
 	// overwriteNext is set by OverwriteGrads and taken by the next
 	// Backward, which sets overwriting for its duration: each parameter
@@ -108,6 +117,10 @@ func New(cfg Config, opt Options) (*Model, error) {
 	}
 	m.colAcc = make([]float64, max(3*cfg.Dim, cfg.MLP, 2*cfg.Dim))
 	m.rowSeen = make([]uint64, (cfg.Vocab+63)/64)
+	if m.bf16 = roundsToBF16(opt.Round); m.bf16 {
+		m.moments = make([]momentStack, ceilLog2((cfg.Dim/bf16Lanes+kChunk-1)/kChunk))
+		m.lnAccB = make([]float32, cfg.Dim)
+	}
 	largest := 0
 	for _, s := range m.layout.Specs {
 		largest = max(largest, s.Numel)

@@ -1,0 +1,134 @@
+package zcore
+
+import (
+	"context"
+	"math"
+	"slices"
+	"testing"
+
+	"github.com/dszero/dszero/comm"
+	"github.com/dszero/dszero/comm/inproc"
+	"github.com/dszero/dszero/device"
+	"github.com/dszero/dszero/half"
+)
+
+// TestDeepSpeedGradDTypes: DeepSpeed 0.14.5's dtypes by stage and config.
+func TestDeepSpeedGradDTypes(t *testing.T) {
+	const F32, F16, BF16 = device.F32, device.F16, device.BF16
+	for _, tc := range []struct {
+		stage               int
+		model, accum, comm  string
+		wModel, wAcc, wComm device.DType
+	}{
+		{0, "fp32", "", "", F32, F32, F32},
+		{0, "bf16", "", "", BF16, F32, BF16}, // BF16_Optimizer: fp32 gradients, bf16 all-reduce
+		{1, "bf16", "", "", BF16, BF16, BF16},
+		{2, "bf16", "", "", BF16, BF16, BF16},
+		{0, "fp16", "", "", F16, F16, F16},
+		{1, "fp16", "", "", F16, F16, F16},
+		{1, "bf16", "fp32", "", BF16, F32, BF16},
+		{2, "bf16", "fp32", "", BF16, BF16, BF16}, // stage 2 accumulates views of the bf16 gradients
+		{0, "fp16", "fp32", "", F16, F16, F16},    // FP16_Optimizer accumulates in the fp16 .grad
+		{0, "bf16", "bf16", "fp32", BF16, BF16, F32},
+		{2, "fp32", "", "bf16", F32, F32, BF16},
+		{1, "", "", "", F32, F32, F32},
+	} {
+		got := DeepSpeedGradDTypes(tc.stage, tc.model, tc.accum, tc.comm)
+		if want := (GradDTypes{tc.wModel, tc.wAcc, tc.wComm}); got != want {
+			t.Errorf("stage %d, model %q, grad_accum_dtype %q, communication_data_type %q: %+v, want %+v",
+				tc.stage, tc.model, tc.accum, tc.comm, got, want)
+		}
+	}
+}
+
+// rb is the nearest bf16 value.
+func rb(x float32) float32 { return half.NearestBF16(x) }
+
+// TestAveraging16 sums three ranks' gradients through each rule, bucket
+// dtype and communication dtype over the in-process backend, and compares
+// with the sequence DeepSpeed runs, written out by hand: the ZeRO rule
+// divides in the bucket's dtype, casts, sums rounding after every add in
+// rank order, and copies back into the bucket's dtype; the engine's rule
+// casts first and multiplies in the communication dtype.
+func TestAveraging16(t *testing.T) {
+	in := [][]float32{
+		{1, 3.14159, -2.71828e-3, 1 + 1.0/256, 1e-30},
+		{1.0 / 256, 1.41421, 5.5e-3, 1.0 / 256, -7},
+		{1.0 / 256, -0.33333, 1e3, 1.0 / 128, 2.5},
+	}
+	third := float32(1.0 / 3)
+	for _, tc := range []struct {
+		name   string
+		a      Averaging
+		want   func(x [3]float32) float32
+		wireDT device.DType
+	}{
+		{"zero bf16 bucket, bf16 comm", ZeroAveraging(3).In(device.BF16, device.BF16), func(x [3]float32) float32 {
+			h := func(v float32) float32 { return rb(rb(v) / 3) }
+			return rb(rb(h(x[0])+h(x[1])) + h(x[2]))
+		}, device.BF16},
+		{"zero bf16 bucket, fp32 comm", ZeroAveraging(3).In(device.BF16, device.F32), func(x [3]float32) float32 {
+			h := func(v float32) float32 { return rb(rb(v) / 3) }
+			return rb(h(x[0]) + h(x[1]) + h(x[2]))
+		}, device.F32},
+		{"engine fp32 bucket, bf16 comm", EngineAveraging(3, false, 1).In(device.F32, device.BF16), func(x [3]float32) float32 {
+			return rb(rb(rb(rb(x[0])+rb(x[1]))+rb(x[2])) * third)
+		}, device.BF16},
+		{"engine prescale, bf16 comm", EngineAveraging(3, true, 1).In(device.F32, device.BF16), func(x [3]float32) float32 {
+			h := func(v float32) float32 { return rb(rb(v) * third) }
+			return rb(rb(h(x[0])+h(x[1])) + h(x[2]))
+		}, device.BF16},
+		{"engine fp16 comm", EngineAveraging(3, false, 1).In(device.F16, device.F16), func(x [3]float32) float32 {
+			rh := half.NearestF16
+			return rh(rh(rh(rh(x[0])+rh(x[1]))+rh(x[2])) * third)
+		}, device.F16},
+		{"fp32 throughout", EngineAveraging(3, false, 1), func(x [3]float32) float32 {
+			return (x[0] + x[1] + x[2]) * third
+		}, device.F32},
+	} {
+		got := make([][]float32, 3)
+		err := inproc.New(3, inproc.Options{}).Run(func(c comm.Comm) error {
+			x := slices.Clone(in[c.Rank()])
+			tc.a.Before(nil, x)
+			w := tc.a.Wire(x)
+			if w.DType() != tc.wireDT {
+				t.Errorf("%s: wire dtype %v, want %v", tc.name, w.DType(), tc.wireDT)
+			}
+			if _, err := AllReduceWire(context.Background(), c, w, 2, nil); err != nil {
+				return err
+			}
+			tc.a.Unwire(x, 0, len(x))
+			tc.a.After(nil, x)
+			got[c.Rank()] = x
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := range in[0] {
+			want := tc.want([3]float32{in[0][i], in[1][i], in[2][i]})
+			for r := range 3 {
+				if math.Float32bits(got[r][i]) != math.Float32bits(want) {
+					t.Errorf("%s: rank %d element %d = %v, want %v", tc.name, r, i, got[r][i], want)
+				}
+			}
+		}
+	}
+}
+
+// TestUnwirePart: a stage widens only its own part of a packed bucket;
+// the part's values come back, whatever the offset.
+func TestUnwirePart(t *testing.T) {
+	a := ZeroAveraging(1).In(device.BF16, device.BF16)
+	x := make([]float32, 37)
+	for i := range x {
+		x[i] = float32(i)*1.37 - 20
+	}
+	want := slices.Clone(x)
+	half.RoundBF16(want)
+	a.Wire(x)
+	a.Unwire(x, 11, 30)
+	if !slices.Equal(x[11:30], want[11:30]) {
+		t.Errorf("unwired part %v, want %v", x[11:30], want[11:30])
+	}
+}
