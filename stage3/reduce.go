@@ -145,7 +145,9 @@ func (r *reducer) issue(v int) error {
 		}
 		s.o.Average.Before(s.o.Pool, in)
 		if s.world > 1 {
-			f.hs = append(f.hs, s.o.Comm.ReduceScatter(s.o.Ctx, comm.F32(in[s.rank*ps:(s.rank+1)*ps]), comm.F32(in), comm.Sum))
+			// In communication_data_type: 16-bit values packed in place.
+			wire := s.o.Average.Wire(in)
+			f.hs = append(f.hs, s.o.Comm.ReduceScatter(s.o.Ctx, wire.Slice(s.rank*ps, (s.rank+1)*ps), wire, comm.Sum))
 		}
 	}
 	return nil
@@ -188,6 +190,9 @@ func (r *reducer) landOldest() error {
 			src = fl.staged[k].staging
 			k++
 		}
+		if s.world > 1 {
+			s.o.Average.Unwire(src, s.rank*ps, (s.rank+1)*ps)
+		}
 		mine := src[s.rank*ps : (s.rank+1)*ps]
 		s.o.Average.After(s.o.Pool, mine)
 		if pf := s.c.PredivideFactor; pf != 0 && pf != 1 && pf != float64(s.world) {
@@ -196,6 +201,9 @@ func (r *reducer) landOldest() error {
 		acc := s.grad[s.lay.Offsets[i] : s.lay.Offsets[i]+ps]
 		for j, x := range mine {
 			acc[j] += x
+		}
+		if s.accum != nil {
+			s.accum(acc) // the partition accumulates in grad_accum_dtype (the model's by default)
 		}
 	}
 	return nil

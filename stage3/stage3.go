@@ -109,13 +109,14 @@ type Strategy struct {
 	f fetcher
 	r reducer
 
-	waits        Waits      // since the last TakeWaits
-	steps        int        // optimizer steps taken
-	persistBytes int64      // the persistent parameters, always gathered (mem.Gathered)
-	workOnDevice int        // elements of work accounted on the device (the persistent partitions)
-	swap         *swapState // offload_optimizer nvme; nil otherwise
-	pswap        *paramSwap // offload_param nvme; nil otherwise
-	hpz          *secondary // ZeRO++ hpZ; nil otherwise
+	waits        Waits           // since the last TakeWaits
+	steps        int             // optimizer steps taken
+	persistBytes int64           // the persistent parameters, always gathered (mem.Gathered)
+	workOnDevice int             // elements of work accounted on the device (the persistent partitions)
+	swap         *swapState      // offload_optimizer nvme; nil otherwise
+	pswap        *paramSwap      // offload_param nvme; nil otherwise
+	hpz          *secondary      // ZeRO++ hpZ; nil otherwise
+	accum        func([]float32) // rounding of the gradient partitions after each add (grad_accum_dtype); nil: fp32
 
 	norms, scratch []float64
 	sums           []float64 // per sub-group Σ norm², all-reduced
@@ -132,7 +133,10 @@ func New(o zcore.Options, c Config) (_ *Strategy, err error) {
 	if c.PrefetchBucketSize < 0 || c.MaxLiveParameters < 0 || c.MaxReuseDistance < 0 || c.SubGroupSize < 0 {
 		return nil, fmt.Errorf("stage 3: negative sizes in %+v", c)
 	}
-	s := &Strategy{o: o, c: c, l: o.Layout, rank: o.Comm.Rank(), world: o.Comm.Size()}
+	s := &Strategy{o: o, c: c, l: o.Layout, rank: o.Comm.Rank(), world: o.Comm.Size(), accum: zcore.Rounding(o.DTypes.Accum)}
+	// Gradients are averaged in the model's dtype and reduced in
+	// communication_data_type, as __avg_scatter_grads does.
+	s.o.Average = o.Average.In(o.DTypes.Model, o.DTypes.Comm)
 	defer func() {
 		if err != nil {
 			s.Close()

@@ -47,9 +47,13 @@
 //	    (stages 1 and 2: all-gather the updated partitions)
 //	scheduler.step() (only after a step that was applied)
 //
+// Gradients are kept, accumulated and reduced in the dtypes DeepSpeed
+// uses (zcore.DeepSpeedGradDTypes: communication_data_type defaults to the
+// model's dtype). Stage 3 offloads to the pinned host and NVMe and runs on
+// groups of ranks (MiCS, ZeRO++ hpZ; see package stage3).
+//
 // Not implemented, and refused or reported by name (CheckPlan): overlap of
 // the stage 1 reduction with backward (stage 2 overlaps; numbers are the
-// same either way), round_robin_gradients, reducing in 16 bits
-// (communication_data_type; 16-bit training reduces in fp32, with a
-// warning), gradient_allreduce_op "sum", optimizer offload.
+// same either way), gradient_allreduce_op "sum", optimizer offload at
+// stages 1 and 2, partial offload (ratio).
 package zero

@@ -302,14 +302,8 @@ func CheckPlan(plan dsconfig.Plan) (warns []string, err error) {
 	if world > 1 && plan.GradientAllreduceOp == "sum" {
 		refuse(`gradient_allreduce_op "sum": summed (not averaged) gradients are not implemented yet; use "mean"`)
 	}
-	if world > 1 && z.Stage == 3 && (plan.CommunicationDataType == "fp16" || plan.CommunicationDataType == "bf16") {
-		refuse(`communication_data_type %q: stage 3 does not reduce gradients in 16 bits yet (it reduces in fp32); set it to "fp32" or remove it`, plan.CommunicationDataType)
-	}
 	if len(errs) > 0 {
 		return nil, fmt.Errorf("%s: %w", plan.File, errors.Join(errs...))
-	}
-	if dt := plan.Precision.DType; world > 1 && z.Stage == 3 && dt != "fp32" && plan.CommunicationDataType == "" {
-		warns = append(warns, fmt.Sprintf(`communication_data_type: stage 3 reduces gradients in fp32; DeepSpeed reduces them in %s (the model's dtype), so results differ at %s precision`, dt, dt))
 	}
 	if z.Stage == 1 && z.OverlapComm {
 		warns = append(warns, "zero_optimization.overlap_comm: stage 1 reduces the gradients after the step's last backward, without overlap (the numbers are the same)")
