@@ -74,4 +74,3 @@ func checkDeepSpeed(t *testing.T, ref ztest.DSResult, got ztest.Run, want []floa
 }
 
 func relErr(got, want float64) float64 { return math.Abs(got-want) / math.Abs(want) }
-
