@@ -305,6 +305,9 @@ func CheckPlan(plan dsconfig.Plan) (warns []string, err error) {
 	if len(errs) > 0 {
 		return nil, fmt.Errorf("%s: %w", plan.File, errors.Join(errs...))
 	}
+	if z.Stage == 3 && z.MiCSShardSize > 0 && z.MiCSHierarchicalParamsGather {
+		warns = append(warns, "zero_optimization.mics_hierarchical_params_gather: dszero gathers a unit within its shard group in one step, not in two hops (the numbers are the same)")
+	}
 	if z.Stage == 1 && z.OverlapComm {
 		warns = append(warns, "zero_optimization.overlap_comm: stage 1 reduces the gradients after the step's last backward, without overlap (the numbers are the same)")
 	}

@@ -31,6 +31,7 @@ func TestCheckPlan(t *testing.T) {
 		{`{` + opt + `, "zero_optimization": {"stage": 2, "offload_optimizer": {"device": "nvme", "nvme_path": "/x"}}}`, 1, "offload_optimizer", ""},
 		{`{` + opt + `, "zero_optimization": {"stage": 3, "offload_optimizer": {"device": "cpu", "ratio": 0.5}}}`, 1, "ratio", ""},
 		{`{` + opt + `, "zero_optimization": {"stage": 3, "zero_hpz_partition_size": 2}}`, 4, "", ""},
+		{`{` + opt + `, "zero_optimization": {"stage": 3, "mics_shard_size": 2, "mics_hierarchical_params_gather": true}}`, 4, "", "mics_hierarchical_params_gather"},
 		{`{` + opt + `, "zero_optimization": {"stage": 3, "zero_hpz_partition_size": 2, "mics_shard_size": 2}}`, 4, "zero_hpz_partition_size", ""},
 		{`{` + opt + `, "zero_optimization": {"stage": 2, "round_robin_gradients": true}}`, 2, "", ""},
 		{`{` + opt + `, "zero_optimization": {"stage": 1, "offload_optimizer": {"device": "cpu"}}}`, 1, "offload_optimizer", ""},
