@@ -37,7 +37,7 @@ func New(o zcore.Options) (_ *Strategy, err error) {
 		return nil, fmt.Errorf("stage 1: gradients (%d elements): %w", s.shard.Flat.Padded, err)
 	}
 	if !s.shard.InPlace() {
-		if s.part, err = o.Acct.F32(mem.Grads, mem.Device, s.shard.Flat.PartitionSize); err != nil {
+		if s.part, err = o.Acct.F32(mem.Grads, o.OptimizerTier, s.shard.Flat.PartitionSize); err != nil {
 			s.Close()
 			return nil, fmt.Errorf("stage 1: gradient partition (%d elements): %w", s.shard.Flat.PartitionSize, err)
 		}
@@ -125,7 +125,7 @@ func (s *Strategy) Step(in zcore.StepInput) (zcore.StepResult, error) {
 // Close returns every buffer to the accountant.
 func (s *Strategy) Close() {
 	if s.part != nil {
-		s.o.Acct.FreeF32(mem.Grads, mem.Device, s.part)
+		s.o.Acct.FreeF32(mem.Grads, s.o.OptimizerTier, s.part)
 		s.part = nil
 	}
 	if s.grads != nil {

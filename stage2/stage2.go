@@ -62,7 +62,7 @@ func New(o zcore.Options) (_ *Strategy, err error) {
 	if s.shard, err = zcore.NewShard(&s.o); err != nil {
 		return nil, fmt.Errorf("stage 2: %w", err)
 	}
-	if s.part, err = o.Acct.F32(mem.Grads, mem.Device, s.shard.Flat.PartitionSize); err != nil {
+	if s.part, err = o.Acct.F32(mem.Grads, o.OptimizerTier, s.shard.Flat.PartitionSize); err != nil {
 		return nil, fmt.Errorf("stage 2: gradient partition (%d elements): %w", s.shard.Flat.PartitionSize, err)
 	}
 	if s.grads, err = zcore.NewPages(o.Layout.Numel); err != nil {
@@ -316,7 +316,7 @@ func (s *Strategy) Close() {
 		s.grads = nil
 	}
 	if s.part != nil {
-		s.o.Acct.FreeF32(mem.Grads, mem.Device, s.part)
+		s.o.Acct.FreeF32(mem.Grads, s.o.OptimizerTier, s.part)
 		s.part = nil
 	}
 	if s.shard != nil {

@@ -132,6 +132,7 @@ func NewEngine(plan dsconfig.Plan, o Options) (*Engine, error) {
 		so.InitRange = o.InitRange
 		so.InitFunc = func(full []float32) { initErr = o.InitRange(full, 0) }
 	}
+	so.OptimizerTier = optimizerTier(plan)
 	// The one place a stage is chosen; CheckPlan has refused the rest.
 	switch plan.Zero.Stage {
 	case 0:
@@ -231,10 +232,11 @@ func newStage3(plan dsconfig.Plan, o Options, so StrategyOptions, c comm.Comm) (
 }
 
 // optimizerTier is where the optimizer state lives: the pinned host with
-// offload_optimizer cpu at stage 3 (ZeRO-Offload) — and with nvme, while a
-// sub-group is read in for its step — the device otherwise.
+// offload_optimizer cpu at stages 1 to 3 (ZeRO-Offload) — and with nvme at
+// stage 3, while a sub-group is read in for its step — the device
+// otherwise.
 func optimizerTier(plan dsconfig.Plan) mem.Tier {
-	if plan.Zero.Stage == 3 && plan.Zero.OffloadOptimizer.Device != dsconfig.OffloadNone {
+	if plan.Zero.Stage >= 1 && plan.Zero.OffloadOptimizer.Device != dsconfig.OffloadNone {
 		return mem.PinnedHost
 	}
 	return mem.Device
@@ -294,8 +296,8 @@ func CheckPlan(plan dsconfig.Plan) (warns []string, err error) {
 	}
 	switch off := z.OffloadOptimizer; {
 	case z.Stage == 0 || off.Device == dsconfig.OffloadNone:
-	case z.Stage < 3:
-		refuse("zero_optimization.offload_optimizer.device %q: optimizer offload at stage %d is not implemented yet (it runs at stage 3); remove offload_optimizer or use stage 3", off.Device, z.Stage)
+	case z.Stage < 3 && off.Device == dsconfig.OffloadNVMe:
+		refuse(`zero_optimization.offload_optimizer.device "nvme" at stage %d: DeepSpeed offloads to NVMe at stage 3 only (ZeRO-Infinity); use "cpu", or stage 3`, z.Stage)
 	case off.Ratio != 1:
 		refuse("zero_optimization.offload_optimizer.ratio %g: partial optimizer offload is not implemented yet; set it to 1 or remove it", off.Ratio)
 	}

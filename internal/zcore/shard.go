@@ -113,7 +113,7 @@ func NewShard(o *Options) (_ *Shard, err error) {
 	if o.Round != nil {
 		o.Round(s.work[:n])
 	}
-	if s.master, err = o.Acct.F32(mem.MasterParams, mem.Device, s.Flat.PartitionSize); err != nil {
+	if s.master, err = o.Acct.F32(mem.MasterParams, o.OptimizerTier, s.Flat.PartitionSize); err != nil {
 		return nil, fmt.Errorf("fp32 master partition (%d elements): %w", s.Flat.PartitionSize, err)
 	}
 	for _, r := range s.Runs() {
@@ -287,7 +287,7 @@ func (s *Shard) Close() {
 		s.opt = nil
 	}
 	if s.master != nil {
-		s.o.Acct.FreeF32(mem.MasterParams, mem.Device, s.master)
+		s.o.Acct.FreeF32(mem.MasterParams, s.o.OptimizerTier, s.master)
 		s.master = nil
 	}
 	if s.work != nil {

@@ -85,6 +85,11 @@ type Options struct {
 	// RoundRobin is round_robin_gradients: stages 1 and 2 flatten the
 	// parameters in DeepSpeed's round-robin order (FlatOrder).
 	RoundRobin bool
+	// OptimizerTier is where the fp32 master and gradient partitions and
+	// the optimizer state live: mem.Device, or mem.PinnedHost with
+	// offload_optimizer cpu (ZeRO-Offload; the optimizer's own state is
+	// allocated by NewOptimizer, built for the same tier).
+	OptimizerTier mem.Tier
 }
 
 // Check validates o and fills its defaults (Ctx, Comm, Average). It is
