@@ -20,6 +20,7 @@ var (
 	_ withOptimizer  = (*stage2.Strategy)(nil)
 	_ withOptimizer  = (*stage3.Strategy)(nil)
 	_ GradOverwriter = (*stage3.Strategy)(nil)
+	_                = [...]StatefulStrategy{(*Stage0)(nil), (*stage1.Strategy)(nil), (*stage2.Strategy)(nil), (*stage3.Strategy)(nil)}
 )
 
 type withOptimizer interface{ Optimizer() optim.Optimizer }

@@ -1,0 +1,498 @@
+package checkpoint
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/dszero/dszero/comm"
+	"github.com/dszero/dszero/internal/zcore"
+	"github.com/dszero/dszero/model"
+	"github.com/dszero/dszero/ptfile"
+	"github.com/dszero/dszero/zero"
+)
+
+// Options are what Save and Load need besides the engine.
+type Options struct {
+	// Layout is the model's parameter layout (names and shapes).
+	Layout *model.Layout
+	// Comm is the engine's data-parallel communicator: the ranks meet on
+	// it before the directory is published. Nil means one rank.
+	Comm comm.Comm
+	// Ctx bounds the barriers (nil: context.Background()).
+	Ctx context.Context
+	// DSConfig is the ds_config value the files carry (a ptfile value:
+	// the parsed JSON as *ptfile.Dict); nil writes what the plan knows.
+	DSConfig any
+}
+
+// manifest is a rank's list of the files it wrote.
+type manifest struct {
+	Rank  int             `json:"rank"`
+	World int             `json:"world"`
+	Stage int             `json:"zero_stage"`
+	Files []manifestEntry `json:"files"`
+}
+
+type manifestEntry struct {
+	Name   string `json:"name"`
+	Bytes  int64  `json:"bytes"`
+	SHA256 string `json:"sha256"`
+}
+
+func manifestName(rank int) string { return fmt.Sprintf("dszero_manifest_rank_%d.json", rank) }
+
+// FileNames are the files rank writes at stage for dtype, in DeepSpeed's
+// naming.
+func FileNames(stage, rank int, dtype string) (model, optim string) {
+	prefix := ""
+	if dtype == "bf16" {
+		prefix = "bf16_"
+	}
+	switch {
+	case stage == 3:
+		model = fmt.Sprintf("zero_pp_rank_%d_mp_rank_00_model_states.pt", rank)
+	case rank == 0:
+		model = "mp_rank_00_model_states.pt"
+	}
+	if stage >= 1 {
+		optim = fmt.Sprintf("%szero_pp_rank_%d_mp_rank_00_optim_states.pt", prefix, rank)
+	}
+	return model, optim
+}
+
+// Tag is DeepSpeed's default tag after steps optimizer steps.
+func Tag(steps int64) string { return fmt.Sprintf("global_step%d", steps) }
+
+func checkTag(tag string) error {
+	if tag == "" || tag == "." || tag == ".." || strings.ContainsAny(tag, `/\`) || strings.HasPrefix(tag, ".") || filepath.Base(tag) != tag {
+		return fmt.Errorf("checkpoint tag %q is not a plain directory name inside the checkpoint directory: refused", tag)
+	}
+	return nil
+}
+
+type syncer struct {
+	c   comm.Comm
+	ctx context.Context
+}
+
+// agree is a barrier that also tells every rank whether any rank failed.
+func (s syncer) agree(err error) error {
+	if s.c == nil || s.c.Size() == 1 {
+		return err
+	}
+	flag := []float32{0}
+	if err != nil {
+		flag[0] = 1
+	}
+	if cerr := s.c.AllReduce(s.ctx, comm.F32(flag), comm.Sum).Wait(); cerr != nil {
+		return errors.Join(err, fmt.Errorf("checkpoint: ranks could not agree: %w", cerr))
+	}
+	if err == nil && flag[0] != 0 {
+		return errors.New("checkpoint: another rank failed to save its files (see its error)")
+	}
+	return err
+}
+
+// Save writes the engine's state as checkpoint dir/tag (tag "" means
+// global_step{N}) and points dir/latest at it. Every rank calls it; each
+// writes only its own files. See the package doc for the layout and the
+// crash-safety protocol.
+func Save(dir, tag string, e *zero.Engine, o Options) error {
+	if tag == "" {
+		tag = Tag(e.GlobalSteps())
+	}
+	if err := checkTag(tag); err != nil {
+		return err
+	}
+	sy := syncer{c: o.Comm, ctx: o.Ctx}
+	if sy.ctx == nil {
+		sy.ctx = context.Background()
+	}
+	rank := 0
+	if o.Comm != nil {
+		rank = o.Comm.Rank()
+	}
+	final, tmp := filepath.Join(dir, tag), filepath.Join(dir, "."+tag+".tmp")
+	var err error
+	if rank == 0 {
+		err = prepare(dir, final, tmp)
+	}
+	if err = sy.agree(err); err != nil {
+		return err
+	}
+	err = saveRank(tmp, e, o, rank)
+	if err = sy.agree(err); err != nil {
+		return err
+	}
+	if rank == 0 {
+		err = publish(dir, tag, final, tmp)
+	}
+	return sy.agree(err)
+}
+
+func prepare(dir, final, tmp string) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return fmt.Errorf("checkpoint: %w", err)
+	}
+	if _, err := os.Stat(final); err == nil {
+		return fmt.Errorf("checkpoint: %s exists: choose another tag or remove it (a checkpoint is never overwritten in place)", final)
+	}
+	if err := os.RemoveAll(tmp); err != nil { // an earlier save that crashed
+		return fmt.Errorf("checkpoint: %w", err)
+	}
+	if err := os.Mkdir(tmp, 0o755); err != nil {
+		return fmt.Errorf("checkpoint: %w", err)
+	}
+	return nil
+}
+
+func saveRank(tmp string, e *zero.Engine, o Options, rank int) error {
+	st, err := e.ExportState()
+	if err != nil {
+		return fmt.Errorf("checkpoint: rank %d: %w", rank, err)
+	}
+	if o.Layout == nil || o.Layout.Numel != st.Strategy.Numel {
+		return fmt.Errorf("checkpoint: Options.Layout must be the engine's model layout")
+	}
+	ds := o.DSConfig
+	if ds == nil {
+		ds = defaultDSConfig(e)
+	}
+	stage := st.Strategy.Stage
+	man := manifest{Rank: rank, World: st.Strategy.World, Stage: stage}
+	modelName, optimName := FileNames(stage, rank, e.Plan().Precision.DType)
+	write := func(name string, root any) error {
+		p := filepath.Join(tmp, name)
+		if err := ptfile.Write(p, root); err != nil {
+			return fmt.Errorf("checkpoint: rank %d: %w", rank, err)
+		}
+		ent, err := digest(p)
+		if err != nil {
+			return err
+		}
+		man.Files = append(man.Files, ent)
+		return nil
+	}
+	if modelName != "" {
+		work, _ := e.ModelBuffers()
+		if err := write(modelName, modelStates(e, st, o.Layout, work[:o.Layout.Numel], ds)); err != nil {
+			return err
+		}
+	}
+	if optimName != "" {
+		if err := write(optimName, optimStates(e, st, o.Layout, ds)); err != nil {
+			return err
+		}
+	}
+	b, _ := json.MarshalIndent(man, "", " ")
+	return writeFileSync(filepath.Join(tmp, manifestName(rank)), b)
+}
+
+func digest(path string) (manifestEntry, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return manifestEntry{}, fmt.Errorf("checkpoint: %w", err)
+	}
+	defer f.Close()
+	h := sha256.New()
+	n, err := io.Copy(h, f)
+	if err != nil {
+		return manifestEntry{}, fmt.Errorf("checkpoint: reading %s: %w", path, err)
+	}
+	return manifestEntry{Name: filepath.Base(path), Bytes: n, SHA256: hex.EncodeToString(h.Sum(nil))}, nil
+}
+
+// writeFileSync writes path through a temporary file, fsynced and renamed.
+func writeFileSync(path string, b []byte) error {
+	t := path + ".tmp"
+	f, err := os.Create(t)
+	if err != nil {
+		return fmt.Errorf("checkpoint: %w", err)
+	}
+	_, err = f.Write(b)
+	if err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(t, path)
+	}
+	if err != nil {
+		os.Remove(t)
+		return fmt.Errorf("checkpoint: writing %s: %w", path, err)
+	}
+	return syncDir(filepath.Dir(path))
+}
+
+func syncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return fmt.Errorf("checkpoint: %w", err)
+	}
+	defer d.Close()
+	if err := d.Sync(); err != nil {
+		return fmt.Errorf("checkpoint: fsync %s: %w", dir, err)
+	}
+	return nil
+}
+
+// publish makes the finished temporary directory the tag, then latest.
+func publish(dir, tag, final, tmp string) error {
+	if err := syncDir(tmp); err != nil {
+		return err
+	}
+	if err := os.Rename(tmp, final); err != nil {
+		return fmt.Errorf("checkpoint: %w", err)
+	}
+	if err := syncDir(dir); err != nil {
+		return err
+	}
+	return writeFileSync(filepath.Join(dir, "latest"), []byte(tag))
+}
+
+// LatestTag reads dir/latest, refusing a tag that leaves dir.
+func LatestTag(dir string) (string, error) {
+	b, err := os.ReadFile(filepath.Join(dir, "latest"))
+	if err != nil {
+		return "", fmt.Errorf("checkpoint: no latest file in %s (pass a tag, or point at a directory save_checkpoint wrote): %w", dir, err)
+	}
+	tag := strings.TrimSpace(string(b))
+	if err := checkTag(tag); err != nil {
+		return "", fmt.Errorf("%s/latest: %w", dir, err)
+	}
+	return tag, nil
+}
+
+// Load restores the engine's rank state from checkpoint dir/tag (tag ""
+// reads dir/latest). Every rank calls it, on a freshly built engine with
+// the config, model and world size the checkpoint was saved with.
+func Load(dir, tag string, e *zero.Engine, o Options) error {
+	sy := syncer{c: o.Comm, ctx: o.Ctx}
+	if sy.ctx == nil {
+		sy.ctx = context.Background()
+	}
+	st, err := readRank(dir, tag, e, o)
+	if err = sy.agree(err); err != nil {
+		return err
+	}
+	if err := e.ImportState(st); err != nil {
+		return fmt.Errorf("checkpoint %s: %w", filepath.Join(dir, tag), err)
+	}
+	return nil
+}
+
+func readRank(dir, tag string, e *zero.Engine, o Options) (zero.State, error) {
+	var st zero.State
+	var err error
+	if tag == "" {
+		if tag, err = LatestTag(dir); err != nil {
+			return st, err
+		}
+	} else if err := checkTag(tag); err != nil {
+		return st, err
+	}
+	path := filepath.Join(dir, tag)
+	plan := e.Plan()
+	rank, world := 0, plan.WorldSize
+	if o.Comm != nil {
+		rank = o.Comm.Rank()
+	}
+	stage := plan.Zero.Stage
+	var man0 manifest
+	manRank := rank
+	if stage == 0 {
+		manRank = 0 // stage 0 partitions nothing: every rank reads rank 0's file
+	}
+	man, err := readManifest(path, manRank)
+	if err != nil {
+		return st, err
+	}
+	switch {
+	case man.Stage != stage:
+		return st, fmt.Errorf("checkpoint %s is of ZeRO stage %d, this config runs stage %d: set zero_optimization.stage to %d to resume it (dszero does not convert between stages yet)", path, man.Stage, stage, man.Stage)
+	case man.World != world && stage > 0:
+		return st, fmt.Errorf("checkpoint %s was saved by %d ranks, this run has %d: resume with --nproc %d (dszero does not repartition ZeRO state yet)", path, man.World, world, man.World)
+	}
+	man0 = man
+	if rank != 0 && stage < 3 {
+		if man0, err = readManifest(path, 0); err != nil {
+			return st, err
+		}
+	}
+	modelName, _ := FileNames(stage, 0, plan.Precision.DType) // stages 0–2: rank 0's
+	if stage == 3 {
+		modelName, _ = FileNames(stage, rank, plan.Precision.DType)
+	}
+	_, optimName := FileNames(stage, rank, plan.Precision.DType)
+	ms, err := readChecked(path, modelName, man0)
+	if err != nil {
+		return st, err
+	}
+	if err := checkShapes(ms, o.Layout, stage, path+"/"+modelName); err != nil {
+		return st, err
+	}
+	st.Strategy = zcore.StrategyState{Stage: stage, World: world, Rank: rank, Numel: o.Layout.Numel}
+	if st.GlobalSteps, err = asInt(ms, "global_steps"); err != nil {
+		return st, fmt.Errorf("%s/%s: %w", path, modelName, err)
+	}
+	if st.SkippedSteps, err = asInt(ms, "skipped_steps"); err != nil {
+		return st, fmt.Errorf("%s/%s: %w", path, modelName, err)
+	}
+	if err := readScaler(ms, &st); err != nil {
+		return st, fmt.Errorf("%s/%s: %w (not a checkpoint dszero wrote?)", path, modelName, err)
+	}
+	if sd, err := ptfile.Lookup(ms, "lr_scheduler"); err == nil && sd != nil {
+		d, ok := sd.(*ptfile.Dict)
+		if !ok {
+			return st, fmt.Errorf("%s/%s: lr_scheduler is %s", path, modelName, ptfile.TypeName(sd))
+		}
+		st.Scheduler = map[string]any{}
+		for k, v := range d.All() {
+			st.Scheduler[fmt.Sprint(k)] = v
+		}
+	}
+	if stage == 0 {
+		err = readStage0(ms, &st, o.Layout, plan.Precision.DType)
+	} else {
+		var os_ any
+		if os_, err = readChecked(path, optimName, man); err != nil {
+			return st, err
+		}
+		err = readOptim(os_, &st)
+	}
+	if err != nil {
+		return st, fmt.Errorf("%s: %w", path, err)
+	}
+	return st, nil
+}
+
+func readManifest(path string, rank int) (manifest, error) {
+	var m manifest
+	p := filepath.Join(path, manifestName(rank))
+	b, err := os.ReadFile(p)
+	if err != nil {
+		return m, fmt.Errorf("checkpoint: %w (not a complete dszero checkpoint: the manifest is written last by each rank)", err)
+	}
+	if err := json.Unmarshal(b, &m); err != nil {
+		return m, fmt.Errorf("checkpoint: %s: %w", p, err)
+	}
+	return m, nil
+}
+
+// readChecked reads name after checking its size and sha256 against the
+// manifest.
+func readChecked(path, name string, man manifest) (any, error) {
+	p := filepath.Join(path, name)
+	var want *manifestEntry
+	for i := range man.Files {
+		if man.Files[i].Name == name {
+			want = &man.Files[i]
+		}
+	}
+	if want == nil {
+		return nil, fmt.Errorf("checkpoint: %s is not in rank %d's manifest", p, man.Rank)
+	}
+	got, err := digest(p)
+	if err != nil {
+		return nil, err
+	}
+	if got.Bytes != want.Bytes {
+		return nil, fmt.Errorf("checkpoint: %s has %d bytes, the manifest says %d: the file is truncated or was replaced", p, got.Bytes, want.Bytes)
+	}
+	if got.SHA256 != want.SHA256 {
+		return nil, fmt.Errorf("checkpoint: %s does not match its sha256 in the manifest: the file is corrupted", p)
+	}
+	return ptfile.Read(p, ptfile.Options{DeepSpeed: true})
+}
+
+// checkShapes compares the checkpoint's parameter names and shapes with
+// the model's.
+func checkShapes(ms any, l *model.Layout, stage int, file string) error {
+	mod, err := get[*ptfile.Dict](ms, "module")
+	if err != nil {
+		return fmt.Errorf("%s: %w", file, err)
+	}
+	if mod.Len() != len(l.Specs) {
+		return fmt.Errorf("%s: the checkpoint's model has %d parameters, this model %d: load it into the model it was trained with (--model)", file, mod.Len(), len(l.Specs))
+	}
+	for i, k := range mod.Keys() {
+		sp := l.Specs[i]
+		v, _ := mod.Get(k)
+		t, ok := v.(*ptfile.Tensor)
+		if k != sp.Name || !ok {
+			return fmt.Errorf("%s: parameter %d is %v, this model's is %s: load it into the model it was trained with", file, i, k, sp.Name)
+		}
+		if stage < 3 && fmt.Sprint(t.Shape) != fmt.Sprint(shape64(sp.Shape)) {
+			return fmt.Errorf("%s: %s has shape %v, this model's %v: load it into the model it was trained with", file, sp.Name, t.Shape, sp.Shape)
+		}
+	}
+	return nil
+}
+
+func readStage0(ms any, st *zero.State, l *model.Layout, dtype string) error {
+	g := zcore.GroupState{Optim: zcore.OptimState{State: map[string][]float32{}}}
+	for i := range l.Specs {
+		if err := readTorchState(ms, fmt.Sprintf("optimizer.state[%d]", i), &g.Optim); err != nil {
+			return err
+		}
+	}
+	var err error
+	if dtype == "fp32" {
+		g.Master = make([]float32, 0, l.Numel)
+		for _, sp := range l.Specs {
+			v, err := floats(ms, fmt.Sprintf("module[%q]", sp.Name))
+			if err != nil {
+				return err
+			}
+			g.Master = append(g.Master, v...)
+		}
+	} else if g.Master, err = floats(ms, "dszero.fp32_master"); err != nil {
+		return err
+	}
+	st.Strategy.Groups = []zcore.GroupState{g}
+	return nil
+}
+
+func readOptim(v any, st *zero.State) error {
+	var groups []any
+	var statePath string
+	if st.Strategy.Stage == 3 {
+		l, err := get[ptfile.List](v, "optimizer_state_dict.fp32_flat_groups")
+		if err != nil {
+			return err
+		}
+		groups, statePath = l, "optimizer_state_dict.optimizer_state_dict.state[%d]"
+	} else {
+		l, err := get[ptfile.List](v, "optimizer_state_dict.single_partition_of_fp32_groups")
+		if err != nil {
+			return err
+		}
+		groups, statePath = l, "optimizer_state_dict.base_optimizer_state.state[%d]"
+	}
+	for g := range groups {
+		gs := zcore.GroupState{Optim: zcore.OptimState{State: map[string][]float32{}}}
+		t, ok := groups[g].(*ptfile.Tensor)
+		if !ok {
+			return fmt.Errorf("fp32 group %d is %s, not a tensor", g, ptfile.TypeName(groups[g]))
+		}
+		var err error
+		if gs.Master, err = t.Float32s(); err != nil {
+			return err
+		}
+		if err := readTorchState(v, fmt.Sprintf(statePath, g), &gs.Optim); err != nil {
+			return err
+		}
+		st.Strategy.Groups = append(st.Strategy.Groups, gs)
+	}
+	return nil
+}

@@ -1,0 +1,56 @@
+// Package checkpoint saves and loads an engine's training state in
+// DeepSpeed's checkpoint layout (engine.save_checkpoint of DeepSpeed
+// 0.14.5), with ptfile's .pt writer and allow-listed reader.
+//
+// # The layout
+//
+//	DIR/latest                                   the tag, written last
+//	DIR/TAG/mp_rank_00_model_states.pt           stages 0–2: rank 0 writes it
+//	DIR/TAG/zero_pp_rank_R_mp_rank_00_model_states.pt   stage 3: every rank
+//	DIR/TAG/[bf16_]zero_pp_rank_R_mp_rank_00_optim_states.pt  stages 1–3: rank R
+//	DIR/TAG/dszero_manifest_rank_R.json          rank R's files: bytes and sha256
+//
+// TAG defaults to global_step{N}. A model-states file holds the module
+// (the working parameters in the training dtype: views of one flat storage
+// at stages 0–2, empty placeholders at stage 3), buffer_names,
+// param_shapes (one OrderedDict name → torch.Size), the lr scheduler's
+// state, global_steps, skipped_steps, global_samples, dp_world_size,
+// ds_config and ds_version; at stage 0 also the whole torch optimizer
+// state dict (one state entry per parameter). An optim-states file holds
+// the rank's fp32 partition and the base optimizer's state over it:
+//
+//	stages 1, 2  single_partition_of_fp32_groups [rank's partition of the
+//	             flat buffer, padding stripped], base_optimizer_state
+//	             {state {0: {step, exp_avg, ...}}, param_groups},
+//	             param_slice_mappings (fragment_address {numel, start} per
+//	             parameter piece), group_paddings, partition_count, zero_stage
+//	stage 3      fp32_flat_groups [one per sub-group: the rank's partition
+//	             of every parameter, ceil(numel/world) each, padding
+//	             included], optimizer_state_dict {state {g: ...}}
+//
+// Both carry loss_scaler (DeepSpeed's LossScaler object), dynamic_loss_scale
+// and overflow. What DeepSpeed does not save but an exact resume needs —
+// the dynamic loss scaler's cur_iter, last_overflow_iter and
+// cur_hysteresis, and at stage 0 in 16-bit training the fp32 master — is
+// client state under the key "dszero", as DeepSpeed keeps any client
+// state at the top of the model-states file.
+//
+// # Crash safety
+//
+// Every rank writes its files into DIR/.TAG.tmp, each file written to a
+// temporary name, fsynced and renamed (ptfile.Write), and lists them with
+// their sizes and sha256 in its manifest. When all ranks are done, rank 0
+// renames the directory to DIR/TAG, fsyncs DIR, and only then replaces
+// DIR/latest (again through a temporary file and a rename). A crash at any
+// point leaves the previous checkpoint, and latest naming it, intact. An
+// existing tag is never overwritten.
+//
+// # Loading
+//
+// Load reads the tag from latest (refusing a tag that leaves DIR), checks
+// every file it reads against the manifest — a truncated or altered file
+// is an error naming it — and restores the rank's state bit for bit into
+// an engine built from the same config: the next steps are those of the
+// uninterrupted run. A checkpoint of another stage, world size or model is
+// refused with what to change.
+package checkpoint

@@ -1,0 +1,393 @@
+package checkpoint
+
+import (
+	"fmt"
+	"strings"
+
+	"github.com/dszero/dszero/half"
+	"github.com/dszero/dszero/internal/zcore"
+	"github.com/dszero/dszero/model"
+	"github.com/dszero/dszero/ptfile"
+	"github.com/dszero/dszero/zero"
+	"github.com/dszero/dszero/zero/lossscale"
+)
+
+// DSVersion is the ds_version the files carry: the DeepSpeed release whose
+// layout they follow.
+const DSVersion = "0.14.5"
+
+// ZeroStageEnum's members, by stage (deepspeed.runtime.zero.config).
+var stageEnum = [...]string{"disabled", "optimizer_states", "gradients", "weights"}
+
+func dsObject(module, name string, state *ptfile.Dict) *ptfile.Object {
+	return &ptfile.Object{Module: module, Name: name, Kind: ptfile.NewObject, Args: ptfile.Tuple{}, State: state}
+}
+
+func dict(kv ...any) *ptfile.Dict {
+	d := ptfile.NewDict()
+	for i := 0; i < len(kv); i += 2 {
+		d.Set(kv[i], kv[i+1])
+	}
+	return d
+}
+
+func shape64(s []int) []int64 {
+	out := make([]int64, len(s))
+	for i, x := range s {
+		out[i] = int64(x)
+	}
+	return out
+}
+
+// lossScaler is DeepSpeed's pickled LossScaler.
+func lossScaler(st zero.State) *ptfile.Object {
+	return dsObject("deepspeed.runtime.fp16.loss_scaler", "LossScaler", dict("cur_scale", st.Scaler.CurScale, "dynamic", st.Dynamic))
+}
+
+// clientState is what an exact resume needs beyond DeepSpeed's keys.
+func clientState(st zero.State, master16 []float32) *ptfile.Dict {
+	d := dict("format", 1, "zero_stage", st.Strategy.Stage,
+		"loss_scaler", dict("cur_scale", st.Scaler.CurScale, "cur_iter", st.Scaler.CurIter,
+			"last_overflow_iter", st.Scaler.LastOverflowIter, "cur_hysteresis", st.Scaler.CurHysteresis, "dynamic", st.Dynamic))
+	if master16 != nil {
+		d.Set("fp32_master", ptfile.FromFloat32([]int64{int64(len(master16))}, master16))
+	}
+	return d
+}
+
+// torchState is one flat parameter's entry of a torch optimizer's state.
+func torchState(o zcore.OptimState, lo, hi int, shape []int64) *ptfile.Dict {
+	d := ptfile.NewDict()
+	if strings.HasPrefix(o.Name, "torch.") {
+		d.Set("step", ptfile.FromFloat32(nil, []float32{float32(o.Steps)}))
+	} else {
+		d.Set("step", o.Steps)
+	}
+	for _, n := range o.Names {
+		if v, ok := o.State[n]; ok {
+			d.Set(n, ptfile.FromFloat32(shape, v[lo:hi]))
+		}
+	}
+	return d
+}
+
+// paramGroup is the optimizer's param_groups entry, params 0..n-1.
+func paramGroup(o zcore.OptimState, n int) *ptfile.Dict {
+	d := ptfile.NewDict()
+	for _, k := range []string{"lr", "betas", "eps", "weight_decay", "amsgrad", "foreach", "maximize", "capturable", "differentiable", "fused",
+		"momentum", "dampening", "nesterov", "lr_decay", "initial_accumulator_value", "bias_correction", "max_grad_norm", "max_coeff", "min_coeff"} {
+		if v, ok := o.Group[k]; ok {
+			d.Set(k, pyValue(v))
+		}
+	}
+	params := make(ptfile.List, n)
+	for i := range params {
+		params[i] = i
+	}
+	d.Set("params", params)
+	return d
+}
+
+func pyValue(v any) any {
+	switch x := v.(type) {
+	case [2]float64:
+		return ptfile.List{x[0], x[1]}
+	case []float64:
+		l := make(ptfile.List, len(x))
+		for i, f := range x {
+			l[i] = f
+		}
+		return l
+	case int:
+		return int64(x)
+	case float32:
+		return float64(x)
+	}
+	return v
+}
+
+// module is the state dict of the working parameters: views of one flat
+// storage in the training dtype (stages 0–2), or empty placeholders
+// (stage 3).
+func module(l *model.Layout, work []float32, dtype string, stage int) *ptfile.Dict {
+	d := ptfile.NewOrderedDict()
+	dt := ptfile.Float32
+	switch dtype {
+	case "bf16":
+		dt = ptfile.BFloat16
+	case "fp16":
+		dt = ptfile.Float16
+	}
+	if stage == 3 {
+		for _, sp := range l.Specs {
+			d.Set(sp.Name, ptfile.NewTensor(dt, []int64{0}, []byte{}))
+		}
+		return d
+	}
+	var flat *ptfile.Tensor
+	switch dt {
+	case ptfile.BFloat16:
+		b := make([]uint16, len(work))
+		half.F32ToBF16(b, work)
+		flat = ptfile.FromBits16(dt, []int64{int64(len(b))}, b)
+	case ptfile.Float16:
+		b := make([]uint16, len(work))
+		half.F32ToF16(b, work)
+		flat = ptfile.FromBits16(dt, []int64{int64(len(b))}, b)
+	default:
+		flat = ptfile.FromFloat32([]int64{int64(len(work))}, work)
+	}
+	for _, sp := range l.Specs {
+		sh := shape64(sp.Shape)
+		v, err := flat.View(int64(sp.Offset), sh, ptfile.ContiguousStride(sh))
+		if err != nil {
+			panic(err) // the layout's views lie inside its buffer
+		}
+		d.Set(sp.Name, v)
+	}
+	return d
+}
+
+func paramShapes(l *model.Layout, order []int) ptfile.List {
+	d := ptfile.NewOrderedDict()
+	for _, i := range order {
+		d.Set(l.Specs[i].Name, ptfile.Size(shape64(l.Specs[i].Shape)))
+	}
+	return ptfile.List{d}
+}
+
+// modelStates is the model-states file of a rank (stages 0–2: rank 0's).
+func modelStates(e *zero.Engine, st zero.State, l *model.Layout, work []float32, dsConfig any) *ptfile.Dict {
+	plan := e.Plan()
+	stage := st.Strategy.Stage
+	order := make([]int, len(l.Specs))
+	for i := range order {
+		order[i] = i
+	}
+	if stage == 1 || stage == 2 {
+		_, order = zcore.FlatOrder(l, st.Strategy.World, plan.Zero.RoundRobinGradients)
+	}
+	d := ptfile.NewDict()
+	d.Set("module", module(l, work, plan.Precision.DType, stage))
+	d.Set("buffer_names", ptfile.List{})
+	var master16 []float32
+	if stage == 0 {
+		g := st.Strategy.Groups[0]
+		state := ptfile.NewDict()
+		for i, sp := range l.Specs {
+			state.Set(i, torchState(g.Optim, sp.Offset, sp.Offset+sp.Numel, shape64(sp.Shape)))
+		}
+		d.Set("optimizer", dict("state", state, "param_groups", ptfile.List{paramGroup(g.Optim, len(l.Specs))}))
+		d.Set("param_shapes", nil)
+		if plan.Precision.DType != "fp32" {
+			master16 = g.Master
+		}
+	} else {
+		d.Set("optimizer", nil)
+		d.Set("param_shapes", paramShapes(l, order))
+	}
+	var frozen any
+	if stage >= 2 {
+		frozen = ptfile.NewOrderedDict()
+	}
+	d.Set("frozen_param_shapes", frozen)
+	if stage == 0 {
+		d.Set("shared_params", nil)
+	} else {
+		d.Set("shared_params", ptfile.NewDict())
+	}
+	if stage >= 2 {
+		frozen = ptfile.NewOrderedDict() // a second, distinct dict
+	}
+	d.Set("frozen_param_fragments", frozen)
+	if st.Scheduler != nil {
+		sd := ptfile.NewDict()
+		for k, v := range st.Scheduler {
+			sd.Set(k, pyValue(v))
+		}
+		d.Set("lr_scheduler", sd)
+	} else {
+		d.Set("lr_scheduler", nil)
+	}
+	d.Set("data_sampler", nil)
+	d.Set("random_ltd", nil)
+	d.Set("sparse_tensor_module_names", ptfile.Set{})
+	d.Set("skipped_steps", st.SkippedSteps)
+	d.Set("global_steps", st.GlobalSteps)
+	d.Set("global_samples", st.GlobalSteps*plan.Batch.TrainBatchSize)
+	d.Set("dp_world_size", int64(st.Strategy.World))
+	d.Set("mp_world_size", int64(1))
+	d.Set("ds_config", dsConfig)
+	d.Set("ds_version", DSVersion)
+	d.Set("dszero", clientState(st, master16))
+	return d
+}
+
+// optimStates is rank's optim-states file (stages 1–3).
+func optimStates(e *zero.Engine, st zero.State, l *model.Layout, dsConfig any) *ptfile.Dict {
+	plan := e.Plan()
+	ss := st.Strategy
+	common := func(d *ptfile.Dict) {
+		d.Set("loss_scaler", lossScaler(st))
+		d.Set("dynamic_loss_scale", st.Dynamic)
+		d.Set("overflow", false)
+	}
+	enum := &ptfile.Object{Module: "deepspeed.runtime.zero.config", Name: "ZeroStageEnum", Kind: ptfile.EnumMember, Attr: stageEnum[ss.Stage]}
+	osd := ptfile.NewDict()
+	if ss.Stage == 3 {
+		osd.Set("zero_stage", enum)
+		common(osd)
+		osd.Set("partition_count", int64(ss.World))
+		state := ptfile.NewDict()
+		var flats ptfile.List
+		for g, gs := range ss.Groups {
+			n := len(gs.Master)
+			state.Set(g, torchState(gs.Optim, 0, n, []int64{int64(n)}))
+			flats = append(flats, ptfile.FromFloat32([]int64{int64(n)}, gs.Master))
+		}
+		osd.Set("optimizer_state_dict", dict("state", state, "param_groups", ptfile.List{paramGroup(ss.Groups[0].Optim, len(ss.Groups))}))
+		osd.Set("fp32_flat_groups", flats)
+	} else {
+		common(osd)
+		osd.Set("clip_grad", plan.GradientClipping)
+		g := ss.Groups[0]
+		n := len(g.Master)
+		osd.Set("base_optimizer_state", dict("state", dict(0, torchState(g.Optim, 0, n, []int64{int64(n)})),
+			"param_groups", ptfile.List{paramGroup(g.Optim, 1)}))
+		osd.Set("single_partition_of_fp32_groups", ptfile.List{ptfile.FromFloat32([]int64{int64(n)}, g.Master)})
+		osd.Set("zero_stage", enum)
+		flat, order := zcore.FlatOrder(l, ss.World, plan.Zero.RoundRobinGradients)
+		osd.Set("group_paddings", ptfile.List{int64(flat.PartitionSize - flat.SavedLen(ss.Rank))})
+		osd.Set("partition_count", ptfile.List{int64(ss.World)})
+		osd.Set("ds_version", DSVersion)
+		maps := ptfile.NewOrderedDict()
+		for _, f := range flat.SliceMappings(ss.Rank) {
+			maps.Set(l.Specs[order[f.Param]].Name, dsObject("deepspeed.utils.tensor_fragment", "fragment_address",
+				dict("numel", int64(f.Len), "start", int64(f.PartitionOffset))))
+		}
+		osd.Set("param_slice_mappings", ptfile.List{maps})
+	}
+	return dict("optimizer_state_dict", osd, "ds_config", dsConfig, "ds_version", DSVersion)
+}
+
+// defaultDSConfig is the part of the config DeepSpeed's ds_config key
+// shows that the plan knows.
+func defaultDSConfig(e *zero.Engine) *ptfile.Dict {
+	p := e.Plan()
+	d := dict("train_micro_batch_size_per_gpu", p.Batch.TrainMicroBatchSizePerGPU,
+		"gradient_accumulation_steps", p.Batch.GradientAccumulationSteps,
+		"gradient_clipping", p.GradientClipping,
+		"optimizer", dict("type", p.Optimizer.Type, "params", dict("lr", p.Optimizer.LR)),
+		"zero_optimization", dict("stage", int64(p.Zero.Stage)))
+	if p.Precision.DType == "bf16" {
+		d.Set("bf16", dict("enabled", true))
+	}
+	if p.Precision.DType == "fp16" {
+		d.Set("fp16", dict("enabled", true))
+	}
+	return d
+}
+
+// --- reading ---
+
+func get[T any](v any, path string) (T, error) { return ptfile.Get[T](v, path) }
+
+func asInt(v any, path string) (int64, error) {
+	x, err := ptfile.Lookup(v, path)
+	if err != nil {
+		return 0, err
+	}
+	switch n := x.(type) {
+	case int64:
+		return n, nil
+	case int:
+		return int64(n), nil
+	case bool:
+		if n {
+			return 1, nil
+		}
+		return 0, nil
+	}
+	return 0, fmt.Errorf("%s is %s, not an int", path, ptfile.TypeName(x))
+}
+
+func asFloat(v any, path string) (float64, error) {
+	x, err := ptfile.Lookup(v, path)
+	if err != nil {
+		return 0, err
+	}
+	switch n := x.(type) {
+	case float64:
+		return n, nil
+	case int64:
+		return float64(n), nil
+	}
+	return 0, fmt.Errorf("%s is %s, not a float", path, ptfile.TypeName(x))
+}
+
+func floats(v any, path string) ([]float32, error) {
+	t, err := get[*ptfile.Tensor](v, path)
+	if err != nil {
+		return nil, err
+	}
+	return t.Float32s()
+}
+
+// readTorchState reads one flat parameter's optimizer state into o
+// (State keyed by name, appended in order for stage 0's per-parameter
+// entries).
+func readTorchState(v any, path string, o *zcore.OptimState) error {
+	d, err := get[*ptfile.Dict](v, path)
+	if err != nil {
+		return err
+	}
+	for k, x := range d.All() {
+		name, _ := k.(string)
+		if name == "step" {
+			switch s := x.(type) {
+			case *ptfile.Tensor:
+				f, err := s.Float32s()
+				if err != nil || len(f) != 1 {
+					return fmt.Errorf("%s.step: not a scalar", path)
+				}
+				o.Steps = int64(f[0])
+			case int64:
+				o.Steps = s
+			default:
+				return fmt.Errorf("%s.step is %s", path, ptfile.TypeName(x))
+			}
+			continue
+		}
+		t, ok := x.(*ptfile.Tensor)
+		if !ok {
+			return fmt.Errorf("%s.%s is %s, not a tensor", path, name, ptfile.TypeName(x))
+		}
+		f, err := t.Float32s()
+		if err != nil {
+			return fmt.Errorf("%s.%s: %w", path, name, err)
+		}
+		o.State[name] = append(o.State[name], f...)
+	}
+	return nil
+}
+
+// readScaler reads the loss scaler from the dszero client state.
+func readScaler(ms any, st *zero.State) error {
+	p := "dszero.loss_scaler"
+	var err error
+	if st.Scaler.CurScale, err = asFloat(ms, p+".cur_scale"); err != nil {
+		return err
+	}
+	var it, last, hyst, dyn int64
+	for _, f := range []struct {
+		k string
+		p *int64
+	}{{"cur_iter", &it}, {"last_overflow_iter", &last}, {"cur_hysteresis", &hyst}, {"dynamic", &dyn}} {
+		if *f.p, err = asInt(ms, p+"."+f.k); err != nil {
+			return err
+		}
+	}
+	st.Scaler = lossscale.State{CurScale: st.Scaler.CurScale, CurIter: int(it), LastOverflowIter: int(last), CurHysteresis: int(hyst)}
+	st.Dynamic = dyn != 0
+	return nil
+}
