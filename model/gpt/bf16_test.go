@@ -72,6 +72,9 @@ func bf16Model(t testing.TB, C int) *Model {
 	if !m.bf16 {
 		t.Fatal("Round = half.RoundBF16 did not select the bf16 kernels")
 	}
+	if err := m.gradScratch(); err != nil { // the kernels accumulate through it
+		t.Fatal(err)
+	}
 	return m
 }
 

@@ -69,7 +69,8 @@ type Model struct {
 	savedBuf []float32 // accounted checkpointed block inputs, pinned-host tier
 	intBytes int64     // accounted bytes of a.tokens and a.targets
 
-	pg      []float32 // one parameter's fresh gradient, largest tensor's size (mem.Temp)
+	pg      []float32 // one parameter's fresh gradient, largest tensor's size (mem.Temp); allocated at the first Backward that needs it
+	pgLen   int       // the largest tensor's size
 	colAcc  []float64 // column sums for bias and LayerNorm parameter gradients
 	rowSeen []uint64  // a bit per wte row: rows already added in encoderBackward
 
@@ -121,13 +122,8 @@ func New(cfg Config, opt Options) (*Model, error) {
 		m.moments = make([]momentStack, ceilLog2((cfg.Dim/bf16Lanes+kChunk-1)/kChunk))
 		m.lnAccB = make([]float32, cfg.Dim)
 	}
-	largest := 0
 	for _, s := range m.layout.Specs {
-		largest = max(largest, s.Numel)
-	}
-	var err error
-	if m.pg, err = m.opt.Acct.F32(mem.Temp, mem.Device, largest); err != nil {
-		return nil, fmt.Errorf("gpt: gradient scratch: %w", err)
+		m.pgLen = max(m.pgLen, s.Numel)
 	}
 	w := opt.Workers
 	if w == 0 {
@@ -312,6 +308,15 @@ func (m *Model) Backward(dlossScale float32) error {
 	}
 	m.state = idle
 	m.overwriting, m.overwriteNext = m.overwriteNext, false
+	// The fresh-gradient scratch (gradOut) is needed to accumulate, and
+	// for a tied wte, which already holds the head's gradient; a model that
+	// only ever overwrites its gradients never allocates it.
+	if !m.overwriting || m.cfg.Tied {
+		if err := m.gradScratch(); err != nil {
+			m.overwriteNext, m.overwriting = m.overwriting, false
+			return err
+		}
+	}
 	defer func() { m.overwriting = false }()
 	a := &m.a
 	B, T, L := a.B, a.T, m.cfg.Layers
@@ -344,6 +349,20 @@ func (m *Model) Backward(dlossScale float32) error {
 	}
 	m.encoderBackward(m.g.wte, m.g.wpe, a.dres, a.tokens, B, T)
 	return m.hook(model.HookAfterBackward, 0)
+}
+
+// gradScratch allocates the fresh-gradient scratch (gradOut) if it is not
+// there yet.
+func (m *Model) gradScratch() error {
+	if m.pg != nil {
+		return nil
+	}
+	pg, err := m.opt.Acct.F32(mem.Temp, mem.Device, m.pgLen)
+	if err != nil {
+		return fmt.Errorf("gpt: gradient scratch: %w", err)
+	}
+	m.pg = pg
+	return nil
 }
 
 // blockActs is block l's activation set.
