@@ -28,6 +28,7 @@ import (
 	"runtime"
 	"time"
 
+	"github.com/dszero/dszero/checkpoint"
 	"github.com/dszero/dszero/comm"
 	"github.com/dszero/dszero/comm/inproc"
 	"github.com/dszero/dszero/dsconfig"
@@ -98,6 +99,14 @@ type Config struct {
 	// ShardGroupSize is hybrid sharding at stage 3 (FSDP HYBRID_SHARD):
 	// ranks per shard group; 0 takes the plan's mics_shard_size.
 	ShardGroupSize int
+	// SaveDir, when set, receives a DeepSpeed-layout checkpoint (package
+	// checkpoint) every SaveInterval steps (0: none in between) and after
+	// the last step. LoadDir, when set, resumes from its latest
+	// checkpoint: training continues from that global step up to Steps
+	// (the total, as HF's max_steps), reading the data where it stopped.
+	SaveDir      string
+	SaveInterval int
+	LoadDir      string
 }
 
 // Record is what one optimizer step did (one line of --json-log).
@@ -269,7 +278,15 @@ func (r *rank) run(onStep func(Record) error) ([]float32, error) {
 	st := newStats(gas, world)
 	verdict := make([]float32, 1)
 	overwrite := eng.OverwriteGrads()
-	for s := 0; s < cfg.Steps; s++ {
+	ck := checkpoint.Options{Layout: &layout, Comm: c, Ctx: ctx}
+	first := 0
+	if cfg.LoadDir != "" {
+		if err := checkpoint.Load(cfg.LoadDir, "", eng, ck); err != nil {
+			return nil, fmt.Errorf("resuming from %s: %w", cfg.LoadDir, err)
+		}
+		first = int(eng.GlobalSteps())
+	}
+	for s := first; s < cfg.Steps; s++ {
 		start := time.Now()
 		if overwrite {
 			m.OverwriteGrads() // the strategy left last step's gradients in place
@@ -332,6 +349,11 @@ func (r *rank) run(onStep func(Record) error) ([]float32, error) {
 		}
 		if verdict[0] == fail {
 			return nil, cbErr // rank 0 says why; the others just end
+		}
+		if cfg.SaveDir != "" && (verdict[0] == stop || s+1 == cfg.Steps || cfg.SaveInterval > 0 && (s+1)%cfg.SaveInterval == 0) {
+			if err := checkpoint.Save(cfg.SaveDir, "", eng, ck); err != nil {
+				return nil, fmt.Errorf("step %d: saving a checkpoint in %s: %w", s+1, cfg.SaveDir, err)
+			}
 		}
 		if verdict[0] == stop {
 			break

@@ -46,6 +46,9 @@ func runTrain(args []string, stdout, stderr io.Writer) (code int) {
 	threads := fs.Int("threads", 0, "BLAS threads (default: OpenBLAS's own)")
 	quiet := fs.Bool("quiet", false, "no progress bar")
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile (go tool pprof) to this file")
+	saveDir := fs.String("save", "", "write DeepSpeed-layout checkpoints to this directory (after the last step, and every --save-interval steps)")
+	saveEvery := fs.Int("save-interval", 0, "steps between checkpoints (with --save; 0: only after the last step)")
+	loadDir := fs.String("load", "", "resume from this checkpoint directory's latest checkpoint (--steps is then the total)")
 	var nproc int
 	fs.IntVar(&nproc, "nproc", 1, "data-parallel ranks, run in this process (the plan's world size); under mpirun, one rank per process instead")
 	fs.IntVar(&nproc, "num_gpus", 1, "alias of --nproc (DeepSpeed's launcher flag)")
@@ -250,6 +253,7 @@ func runTrain(args []string, stdout, stderr io.Writer) (code int) {
 	_, err = train.Run(train.Config{Plan: plan, Model: mcfg, InitRange: initRange, Seed: *seed, Batches: loader, SeqLen: T, Steps: n, Devices: devs, Comm: l.comm(),
 		Checkpoint: *ckpt || plan.ActivationCheckpointing.Present || fp.ActivationCkpt, CPUCheckpoint: plan.ActivationCheckpointing.CPUCheckpointing,
 		KeepAfterForward: fp.KeepAfterForward, WrapMinNumParams: fp.WrapMinNumParams,
+		SaveDir: *saveDir, SaveInterval: *saveEvery, LoadDir: *loadDir,
 		Warn: func(msg string) { fmt.Fprintf(stderr, "dszero train: warning: %s\n", msg) }},
 		func(r train.Record) error {
 			if r.Step == 1 {
