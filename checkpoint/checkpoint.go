@@ -142,9 +142,6 @@ func prepare(dir, final, tmp string) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return fmt.Errorf("checkpoint: %w", err)
 	}
-	if _, err := os.Stat(final); err == nil {
-		return fmt.Errorf("checkpoint: %s exists: choose another tag or remove it (a checkpoint is never overwritten in place)", final)
-	}
 	if err := os.RemoveAll(tmp); err != nil { // an earlier save that crashed
 		return fmt.Errorf("checkpoint: %w", err)
 	}
@@ -251,7 +248,22 @@ func publish(dir, tag, final, tmp string) error {
 	if err := syncDir(tmp); err != nil {
 		return err
 	}
+	// A checkpoint of the same tag (a rerun) is replaced, never written
+	// into: it is moved aside, the new one renamed in, and the old one
+	// removed. A crash in between leaves it as .TAG.old.
+	old := filepath.Join(dir, "."+tag+".old")
+	if _, err := os.Stat(final); err == nil {
+		if err := os.RemoveAll(old); err != nil {
+			return fmt.Errorf("checkpoint: %w", err)
+		}
+		if err := os.Rename(final, old); err != nil {
+			return fmt.Errorf("checkpoint: %w", err)
+		}
+	}
 	if err := os.Rename(tmp, final); err != nil {
+		return fmt.Errorf("checkpoint: %w", err)
+	}
+	if err := os.RemoveAll(old); err != nil {
 		return fmt.Errorf("checkpoint: %w", err)
 	}
 	if err := syncDir(dir); err != nil {

@@ -42,8 +42,10 @@
 // their sizes and sha256 in its manifest. When all ranks are done, rank 0
 // renames the directory to DIR/TAG, fsyncs DIR, and only then replaces
 // DIR/latest (again through a temporary file and a rename). A crash at any
-// point leaves the previous checkpoint, and latest naming it, intact. An
-// existing tag is never overwritten.
+// point leaves the previous checkpoint, and latest naming it, intact. A
+// checkpoint of an existing tag (a rerun) is never written into: the old
+// directory is moved aside to DIR/.TAG.old, the new one renamed in, and the
+// old one removed.
 //
 // # Loading
 //
