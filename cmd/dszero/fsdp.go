@@ -55,8 +55,9 @@ var trainerFSDPKeys = map[string]bool{"activation_checkpointing": true, "backwar
 // YAML (--fsdp-config, or a .yaml FILE), or the Trainer's --fsdp options
 // with an optional --fsdp_config JSON.
 type fsdpSource struct {
-	file    string // the config file; "" with --fsdp alone
-	options string // the Trainer's --fsdp option string
+	file       string // the config file; "" with --fsdp alone
+	options    string // the Trainer's --fsdp option string
+	shardGroup int    // --shard-group-size: ranks per shard group of a hybrid strategy (0: one machine's)
 }
 
 func (s fsdpSource) given() bool { return s.file != "" || s.options != "" }
@@ -64,7 +65,7 @@ func (s fsdpSource) given() bool { return s.file != "" || s.options != "" }
 // load reads the FSDP setup for world ranks on this machine (0: the
 // file's num_processes and num_machines) with the Trainer flags of hf.
 func (s fsdpSource) load(world int, hf *dsconfig.HFArgs, gradCkpt bool) (fsdpconfig.Plan, fsdpconfig.Diagnostics) {
-	o := fsdpconfig.Options{TrainerFSDP: s.options, NumProcesses: world, GradientCheckpointing: gradCkpt}
+	o := fsdpconfig.Options{TrainerFSDP: s.options, NumProcesses: world, GradientCheckpointing: gradCkpt, ShardGroupSize: s.shardGroup}
 	if world > 0 {
 		o.NumMachines = 1 // --nproc: that many ranks here
 	}

@@ -1,6 +1,8 @@
 package main
 
 import (
+	"encoding/json"
+	"math"
 	"os"
 	"path/filepath"
 	"strings"
@@ -60,5 +62,49 @@ func TestCheckExplainFSDP(t *testing.T) {
 	code, out, errs := runCLI("config", "explain", fsdpCorpus+"BenasdTW__LLMTrain__fsdp_grad_op.yaml")
 	if code != 0 || !strings.Contains(out, "The same as a ds_config") || !strings.Contains(out, `"stage": 3`) || !strings.Contains(out, "ZeRO stage 3: parameters are split too") {
 		t.Errorf("explain: exit %d\n%s%s", code, out, errs)
+	}
+}
+
+// TestHybridAndFullStateDict: HYBRID_SHARD on 4 ranks in shard groups of
+// 2 (--shard-group-size) trains like FULL_SHARD over all 4 (losses within
+// 1e-6 relative: only the order of the sums differs); with a
+// FULL_STATE_DICT config, --save also writes the consolidated weights as
+// a Hugging Face directory, which --model then loads.
+func TestHybridAndFullStateDict(t *testing.T) {
+	dir := t.TempDir()
+	losses := func(log string) []float64 {
+		raw, _ := os.ReadFile(log)
+		var out []float64
+		for _, line := range strings.Split(strings.TrimSpace(string(raw)), "\n") {
+			var r struct {
+				Loss float64 `json:"loss"`
+			}
+			json.Unmarshal([]byte(line), &r)
+			out = append(out, r.Loss)
+		}
+		return out
+	}
+	common := []string{"--nproc", "4", "--model", "tiny", "--data", "random", "--seq", "16", "--steps", "2", "--per_device_train_batch_size", "2", "--quiet"}
+	hyb, full := filepath.Join(dir, "hybrid.jsonl"), filepath.Join(dir, "full.jsonl")
+	if code, out, errs := runCLI(append([]string{"train", "--fsdp-config", fsdpCorpus + "pacman100__LLM-Workshop__code_assistant__training__configs__fsdp_config.yaml",
+		"--shard-group-size", "2", "--json-log", hyb}, common...)...); code != 0 {
+		t.Fatalf("hybrid: exit %d\n%s%s", code, out, errs)
+	}
+	save := filepath.Join(dir, "ck")
+	if code, out, errs := runCLI(append([]string{"train", "--fsdp-config", fsdpCorpus + "huggingface__trl__examples__accelerate_configs__fsdp1.yaml",
+		"--json-log", full, "--save", save}, common...)...); code != 0 || !strings.Contains(out, "consolidated weights written") {
+		t.Fatalf("full shard: exit %d\n%s%s", code, out, errs)
+	}
+	a, b := losses(hyb), losses(full)
+	if len(a) != 2 || len(b) != 2 {
+		t.Fatalf("logs %v %v", a, b)
+	}
+	for i := range a {
+		if math.Abs(a[i]-b[i]) > 1e-5*math.Abs(b[i]) {
+			t.Errorf("step %d: HYBRID_SHARD loss %v, FULL_SHARD %v", i+1, a[i], b[i])
+		}
+	}
+	if code, out, errs := runCLI("train", "--model", filepath.Join(save, "consolidated"), "--data", "random", "--seq", "16", "--steps", "1", "--quiet"); code != 0 {
+		t.Errorf("--model of the consolidated weights: exit %d\n%s%s", code, out, errs)
 	}
 }

@@ -34,6 +34,8 @@ func runTrain(args []string, stdout, stderr io.Writer) (code int) {
 	fsdpFile := fs.String("fsdp-config", "", "an Accelerate FSDP config (YAML), instead of --deepspeed")
 	fsdpOpts := fs.String("fsdp", "", `HF Trainer's --fsdp options, e.g. "full_shard auto_wrap", instead of --deepspeed`)
 	fsdpJSON := fs.String("fsdp_config", "", "HF Trainer's fsdp_config JSON (with --fsdp)")
+	shardGroup := fs.Int("shard-group-size", 0, "HYBRID_SHARD: ranks per shard group (default: the processes of one machine)")
+	saveModel := fs.String("save-model", "", "write the consolidated final weights as a Hugging Face GPT-2 directory (model.safetensors + config.json)")
 	modelArg := fs.String("model", "small", "model preset ("+strings.Join(gpt.PresetNames(), ", ")+") or a Hugging Face GPT-2 directory (config.json + model.safetensors)")
 	dataPath := fs.String("data", "", "training text, a nanoGPT .bin of uint16 token ids, or \"random\" (uniform ids, for throughput runs) (default: embedded Tiny Shakespeare)")
 	steps := fs.Int("steps", 0, "optimizer steps (default: --max_steps, else the scheduler's total_num_steps, else 100)")
@@ -73,7 +75,7 @@ func runTrain(args []string, stdout, stderr io.Writer) (code int) {
 
 	// An FSDP setup instead of a ds_config: read first, for its
 	// num_processes (the in-process ranks unless --nproc says otherwise).
-	src := fsdpSource{file: *fsdpFile + *fsdpJSON, options: *fsdpOpts}
+	src := fsdpSource{file: *fsdpFile + *fsdpJSON, options: *fsdpOpts, shardGroup: *shardGroup}
 	var fp fsdpconfig.Plan
 	var fdiags fsdpconfig.Diagnostics
 	switch {
@@ -250,7 +252,12 @@ func runTrain(args []string, stdout, stderr io.Writer) (code int) {
 	if weights != nil {
 		initRange = weights.ReadRange
 	}
-	_, err = train.Run(train.Config{Plan: plan, Model: mcfg, InitRange: initRange, Seed: *seed, Batches: loader, SeqLen: T, Steps: n, Devices: devs, Comm: l.comm(),
+	// The consolidated weights (FSDP's FULL_STATE_DICT, DeepSpeed's
+	// stage3_gather_16bit_weights_on_model_save) go beside the checkpoints.
+	if *saveModel == "" && *saveDir != "" && (fp.StateDict == fsdpconfig.FullStateDict || plan.Zero.Stage == 3 && plan.Zero.Gather16BitWeightsOnModelSave) {
+		*saveModel = filepath.Join(*saveDir, "consolidated")
+	}
+	final, err := train.Run(train.Config{Plan: plan, Model: mcfg, InitRange: initRange, Seed: *seed, ReturnParams: *saveModel != "", Batches: loader, SeqLen: T, Steps: n, Devices: devs, Comm: l.comm(),
 		Checkpoint: *ckpt || plan.ActivationCheckpointing.Present || fp.ActivationCkpt, CPUCheckpoint: plan.ActivationCheckpointing.CPUCheckpointing,
 		KeepAfterForward: fp.KeepAfterForward, WrapMinNumParams: fp.WrapMinNumParams,
 		SaveDir: *saveDir, SaveInterval: *saveEvery, LoadDir: *loadDir,
@@ -290,6 +297,12 @@ func runTrain(args []string, stdout, stderr io.Writer) (code int) {
 	}
 	if err != nil {
 		return fail("%v", err)
+	}
+	if *saveModel != "" && l.lead() {
+		if err := gpt.SaveDir(*saveModel, mcfg, final); err != nil {
+			return fail("--save-model: %v", err)
+		}
+		fmt.Fprintf(stdout, "consolidated weights written to %s (model.safetensors + config.json)\n", *saveModel)
 	}
 	el := time.Since(start)
 	fmt.Fprintf(stdout, "done: %d steps in %s, loss %.4f → %.4f, %.0f tokens/s overall\n", last.Step, el.Round(time.Millisecond), first.Loss, last.Loss,
