@@ -8,6 +8,7 @@
 //	dszero config check FILE... [--world-size N] [HF flags]
 //	dszero config explain FILE [--world-size N] [HF flags] [--json]
 //	dszero estimate --model PRESET|DIR | --params N [--largest-layer N] [--num_gpus G] [--num_nodes M] [--deepspeed ds_config.json] [--offload DEVICE] [--json]
+//	dszero conformance DIR... [--json OUT] [--only PATTERN]
 package main
 
 import (
@@ -36,6 +37,10 @@ Usage:
         memory before a run: DeepSpeed's estimators as DeepSpeed prints them, and
         dszero's per-rank estimate for the config (model states by stage and tier,
         buffers, activations with and without checkpointing)
+  dszero conformance DIR... [--json OUT] [--only PATTERN]
+        run every reference case under the directories (DeepSpeed's recorded runs,
+        e.g. conformance/testdata) on its world size and compare losses, lr, grad
+        norms and final weights; exit 0 only when every case passes
 
 HF flags (fill "auto" like HF's Trainer): --learning_rate --per_device_train_batch_size
   --gradient_accumulation_steps --max_grad_norm --warmup_steps --max_steps
@@ -59,6 +64,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return runTrain(args[1:], stdout, stderr)
 	case "estimate":
 		return runEstimate(args[1:], stdout, stderr)
+	case "conformance":
+		return runConformance(args[1:], stdout, stderr)
 	case "help", "-h", "--help":
 		fmt.Fprint(stdout, usage)
 		return 0

@@ -1,0 +1,92 @@
+// Package conformance runs reference cases — training runs recorded by real
+// DeepSpeed — through dszero and reports, case by case, how close dszero
+// comes: the evidence that swapping DeepSpeed for dszero changes nothing a
+// user cares about. `dszero conformance DIR...` is its command line; `go
+// test ./conformance` runs the shipped cases (testdata/README.md).
+//
+// # The case format
+//
+// A case is a directory laid out as the reference harness
+// (shared/reference/harness) writes its runs, so that new runs of the
+// harness are cases without conversion:
+//
+//	<root>/init/models.json              the models: for each model key, its parameters
+//	                                     (name, shape) in named_parameters() order,
+//	                                     init_file, data_file, data_shapes
+//	<root>/init/<model>_init.safetensors the initial fp32 weights, one tensor per parameter
+//	<root>/init/<model>_data.safetensors the data, leading dims [step, sample]:
+//	                                     "tokens" int64 [.., T+1] (GPT) or "x", "y" f32 (MLP)
+//	<root>/<model>/<run>/result.json     the recorded run (below)
+//	<root>/<model>/<run>/final_fp32.safetensors   the final fp32 weights (optional, below)
+//	<root>/<model>/<run>/case.json       optional: tolerances, notes, paths (below)
+//
+// Any directory holding a result.json is a case; its name is its path below
+// the root given to Find (e.g. "gpt/z3_bf16"). ckpt/ directories are not
+// searched.
+//
+// result.json (the fields read; the harness writes more):
+//
+//   - model: the key in models.json; ds_config: the config DeepSpeed ran;
+//     deepspeed_version: whose semantics to follow (0.14.5 and 0.19.5 are
+//     known; another is "unsupported").
+//   - status: "ok", or anything else for a run that produced no result
+//     (DeepSpeed hung or crashed): reported "no result", not counted
+//     against a pass.
+//   - steps: one record per optimizer step — loss (the mean over ranks and
+//     micro-steps), lr_used, grad_norm, optional loss_scale, and
+//     micro_losses, either {"rank0": [micro 0, micro 1, …], …} or a list of
+//     {"micro", "rank", "loss"}. The number of ranks in micro_losses is the
+//     world size the case runs on (in-process ranks); the number of records
+//     is the number of steps.
+//   - final_fp32_identical_to: when the run's own final_fp32.safetensors is
+//     absent, the sibling run whose final weights are bit-identical (the
+//     harness stores each distinct file once); followed up to 8 hops.
+//
+// case.json (every field optional; see Meta): init (the directory of
+// models.json, relative to the case; default: the nearest init/ in the
+// case directory or above it), model (the models.json key), ds_config (for
+// a run whose result.json has none: the plain-PyTorch baselines, run as
+// the equivalent DeepSpeed config), deepspeed_version, world_size, heads
+// (the GPT's attention heads; models.json does not record them, default
+// head size 16 as the harness's TinyGPT), tolerances ({loss_rel,
+// grad_norm_rel, lr_rel, weights_abs}), notes. Unknown fields are an error.
+//
+// # The model
+//
+// The model is built from its description, never from the case's name:
+// parameters wte, wpe, blocks.<i>.{ln1, attn.qkv, attn.proj, ln2, mlp.fc,
+// mlp.proj}, ln_f and an optional lm_head make a GPT-2-style transformer
+// (package model/gpt; tied head when lm_head is absent; widths from the
+// shapes); fc1, fc2, … (weight, bias) make a ReLU MLP with a mean-squared
+// error loss (package model/mlp). dszero's layout of the model must then be
+// the description's parameter list exactly — names, shapes, order — or the
+// case is "unsupported". A models.json entry may name arch, activation and
+// loss; values dszero does not build are "unsupported" too, as are configs
+// that dsconfig cannot compile or that the engine refuses (zero.CheckPlan):
+// an unsupported case is never a pass.
+//
+// # The run
+//
+// The case trains on its world size of in-process ranks from the initial
+// weights, with the harness's data layout: in step s, micro-step m, rank r
+// reads micro-batch mb = m·world + r, samples s·G + mb·B … + B−1 (mod the
+// number of samples), G = B·GAS·world. Matmuls use pure Go (the same
+// numbers on every machine); NVMe offload swaps to an in-memory filesystem
+// (the case compares numerics; nvme_path is created there).
+//
+// # The comparison
+//
+// Per step: the step loss and every rank's micro-step losses (relative),
+// the gradient norm (relative; not for skipped steps), the lr (relative
+// 1e-12), the loss scale when recorded (exactly); then the final fp32
+// master weights (largest absolute difference; ‖Δ‖₂/‖w‖₂ is reported too,
+// because a relative difference per element means nothing for weights near
+// zero). Default tolerances (Defaults): fp32 losses and gradient norms 1e-5
+// relative, weights 1e-5 absolute; bf16/fp16 losses 1e-3 relative,
+// gradient norms 5e-3 relative, weights 5e-3 absolute. A case passes when
+// every comparison is within its tolerance.
+//
+// The checkpoint layout (checkpoint.json) and the resume from step 5
+// (resume_from_step5) are recorded as "not checked" in each Report for
+// now.
+package conformance
