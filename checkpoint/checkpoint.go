@@ -320,7 +320,23 @@ func readRank(dir, tag string, e *zero.Engine, o Options) (zero.State, error) {
 		rank = o.Comm.Rank()
 	}
 	stage := plan.Zero.Stage
-	var man0 manifest
+	man, err := readManifest(path, 0)
+	if err != nil {
+		return st, err
+	}
+	if man.Stage == stage && (man.World == world || stage == 0) {
+		return readSaved(path, stage, rank, world, plan.Precision.DType, o.Layout)
+	}
+	// Another stage or world size: every rank reads every saved rank's
+	// state, puts the model's fp32 master and optimizer state back
+	// together, and takes its own part of them in this run's layout.
+	return reshard(path, man, e, o, rank)
+}
+
+// readSaved reads saved rank rank's state of a checkpoint of stage over
+// world ranks.
+func readSaved(path string, stage, rank, world int, dtype string, l *model.Layout) (zero.State, error) {
+	var st zero.State
 	manRank := rank
 	if stage == 0 {
 		manRank = 0 // stage 0 partitions nothing: every rank reads rank 0's file
@@ -331,29 +347,29 @@ func readRank(dir, tag string, e *zero.Engine, o Options) (zero.State, error) {
 	}
 	switch {
 	case man.Stage != stage:
-		return st, fmt.Errorf("checkpoint %s is of ZeRO stage %d, this config runs stage %d: set zero_optimization.stage to %d to resume it (dszero does not convert between stages yet)", path, man.Stage, stage, man.Stage)
+		return st, fmt.Errorf("checkpoint %s: rank %d's manifest says ZeRO stage %d, rank 0's %d: the checkpoint is inconsistent", path, manRank, man.Stage, stage)
 	case man.World != world && stage > 0:
-		return st, fmt.Errorf("checkpoint %s was saved by %d ranks, this run has %d: resume with --nproc %d (dszero does not repartition ZeRO state yet)", path, man.World, world, man.World)
+		return st, fmt.Errorf("checkpoint %s: rank %d's manifest says %d ranks, rank 0's %d: the checkpoint is inconsistent", path, manRank, man.World, world)
 	}
-	man0 = man
+	man0 := man
 	if rank != 0 && stage < 3 {
 		if man0, err = readManifest(path, 0); err != nil {
 			return st, err
 		}
 	}
-	modelName, _ := FileNames(stage, 0, plan.Precision.DType) // stages 0–2: rank 0's
+	modelName, _ := FileNames(stage, 0, dtype) // stages 0–2: rank 0's
 	if stage == 3 {
-		modelName, _ = FileNames(stage, rank, plan.Precision.DType)
+		modelName, _ = FileNames(stage, rank, dtype)
 	}
-	_, optimName := FileNames(stage, rank, plan.Precision.DType)
+	_, optimName := FileNames(stage, rank, dtype)
 	ms, err := readChecked(path, modelName, man0)
 	if err != nil {
 		return st, err
 	}
-	if err := checkShapes(ms, o.Layout, stage, path+"/"+modelName); err != nil {
+	if err := checkShapes(ms, l, stage, path+"/"+modelName); err != nil {
 		return st, err
 	}
-	st.Strategy = zcore.StrategyState{Stage: stage, World: world, Rank: rank, Numel: o.Layout.Numel}
+	st.Strategy = zcore.StrategyState{Stage: stage, World: world, Rank: rank, Numel: l.Numel}
 	if st.GlobalSteps, err = asInt(ms, "global_steps"); err != nil {
 		return st, fmt.Errorf("%s/%s: %w", path, modelName, err)
 	}
@@ -374,7 +390,7 @@ func readRank(dir, tag string, e *zero.Engine, o Options) (zero.State, error) {
 		}
 	}
 	if stage == 0 {
-		err = readStage0(ms, &st, o.Layout, plan.Precision.DType)
+		err = readStage0(ms, &st, l, dtype)
 	} else {
 		var os_ any
 		if os_, err = readChecked(path, optimName, man); err != nil {

@@ -259,8 +259,9 @@ func TestCorruptionDetected(t *testing.T) {
 	}
 }
 
-// TestMismatchExplained: another stage or world size is refused with what
-// to change.
+// TestMismatchExplained: what cannot be resumed — another optimizer —
+// is refused with what to change (another stage or world size is
+// resharded: TestReshard).
 func TestMismatchExplained(t *testing.T) {
 	d := ztest.MustLoadMLP(t, mlpRef)
 	plan2, _ := ztest.Plan(stageJSON(2, "fp32", 0), 2)
@@ -270,7 +271,10 @@ func TestMismatchExplained(t *testing.T) {
 		js    string
 		world int
 		want  string
-	}{{stageJSON(1, "fp32", 0), 2, "set zero_optimization.stage to 2"}, {stageJSON(2, "fp32", 0), 1, "resume with --nproc 2"}} {
+	}{
+		{strings.Replace(stageJSON(2, "fp32", 0), `"optimizer": {"type": "AdamW", "params": {"torch_adam": true,`, `"zero_allow_untested_optimizer": true, "optimizer": {"type": "SGD", "params": {`, 1), 2, "use the optimizer the checkpoint was trained with"},
+		{strings.Replace(stageJSON(1, "fp32", 0), `"optimizer": {"type": "AdamW", "params": {"torch_adam": true,`, `"zero_allow_untested_optimizer": true, "optimizer": {"type": "SGD", "params": {`, 1), 3, "use the optimizer the checkpoint was trained with"},
+	} {
 		plan, err := ztest.Plan(tc.js, tc.world)
 		if err != nil {
 			t.Fatal(err)

@@ -53,6 +53,10 @@
 // every file it reads against the manifest — a truncated or altered file
 // is an error naming it — and restores the rank's state bit for bit into
 // an engine built from the same config: the next steps are those of the
-// uninterrupted run. A checkpoint of another stage, world size or model is
-// refused with what to change.
+// uninterrupted run. A checkpoint of another ZeRO stage or world size is
+// resharded (reshard.go): every rank reads every saved rank's fp32 master
+// and optimizer state, puts the model's back together and takes its own
+// part in the new layout — what DeepSpeed needs its universal-checkpoint
+// conversion for. Another model or optimizer is refused with what to
+// change.
 package checkpoint

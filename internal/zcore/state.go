@@ -73,7 +73,7 @@ func ImportOptim(opt optim.Optimizer, st OptimState) error {
 	}
 	for n := range st.State {
 		if !contains(opt.StateNames(), n) {
-			return fmt.Errorf("the checkpoint has optimizer state %q, which %s does not keep", n, opt.Name())
+			return fmt.Errorf("the checkpoint has optimizer state %q, which %s does not keep: use the optimizer the checkpoint was trained with", n, opt.Name())
 		}
 	}
 	opt.SetStepCount(st.Steps)
