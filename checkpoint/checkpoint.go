@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
@@ -39,6 +40,9 @@ type manifest struct {
 	World int             `json:"world"`
 	Stage int             `json:"zero_stage"`
 	Files []manifestEntry `json:"files"`
+	// foreign: no manifest on disk (a checkpoint DeepSpeed wrote): the
+	// stage and world are read from its files, which are read unchecked.
+	foreign bool
 }
 
 type manifestEntry struct {
@@ -321,6 +325,10 @@ func readRank(dir, tag string, e *zero.Engine, o Options) (zero.State, error) {
 	}
 	stage := plan.Zero.Stage
 	man, err := readManifest(path, 0)
+	if errors.Is(err, fs.ErrNotExist) {
+		// No manifest: a checkpoint DeepSpeed (or another tool) wrote.
+		man, err = foreignManifest(path, plan.Precision.DType)
+	}
 	if err != nil {
 		return st, err
 	}
@@ -342,6 +350,9 @@ func readSaved(path string, stage, rank, world int, dtype string, l *model.Layou
 		manRank = 0 // stage 0 partitions nothing: every rank reads rank 0's file
 	}
 	man, err := readManifest(path, manRank)
+	if errors.Is(err, fs.ErrNotExist) {
+		man, err = foreignManifest(path, dtype)
+	}
 	if err != nil {
 		return st, err
 	}
@@ -352,7 +363,7 @@ func readSaved(path string, stage, rank, world int, dtype string, l *model.Layou
 		return st, fmt.Errorf("checkpoint %s: rank %d's manifest says %d ranks, rank 0's %d: the checkpoint is inconsistent", path, manRank, man.World, world)
 	}
 	man0 := man
-	if rank != 0 && stage < 3 {
+	if rank != 0 && stage < 3 && !man.foreign {
 		if man0, err = readManifest(path, 0); err != nil {
 			return st, err
 		}
@@ -366,6 +377,11 @@ func readSaved(path string, stage, rank, world int, dtype string, l *model.Layou
 	if err != nil {
 		return st, err
 	}
+	if man.foreign {
+		if _, err := ptfile.Lookup(ms, "dszero"); err == nil {
+			return st, fmt.Errorf("checkpoint: %s was written by dszero but its manifest %s is missing: the save did not complete, or the directory was altered", path, manifestName(manRank))
+		}
+	}
 	if err := checkShapes(ms, l, stage, path+"/"+modelName); err != nil {
 		return st, err
 	}
@@ -376,8 +392,9 @@ func readSaved(path string, stage, rank, world int, dtype string, l *model.Layou
 	if st.SkippedSteps, err = asInt(ms, "skipped_steps"); err != nil {
 		return st, fmt.Errorf("%s/%s: %w", path, modelName, err)
 	}
-	if err := readScaler(ms, &st); err != nil {
-		return st, fmt.Errorf("%s/%s: %w (not a checkpoint dszero wrote?)", path, modelName, err)
+	scalerErr := readScaler(ms, &st)
+	if scalerErr != nil && !man.foreign {
+		return st, fmt.Errorf("%s/%s: %w (not a checkpoint dszero wrote?)", path, modelName, scalerErr)
 	}
 	if sd, err := ptfile.Lookup(ms, "lr_scheduler"); err == nil && sd != nil {
 		d, ok := sd.(*ptfile.Dict)
@@ -401,6 +418,17 @@ func readSaved(path string, stage, rank, world int, dtype string, l *model.Layou
 	if err != nil {
 		return st, fmt.Errorf("%s: %w", path, err)
 	}
+	if scalerErr != nil {
+		// DeepSpeed's own: the LossScaler object it pickles (cur_scale and,
+		// when dynamic, the state machine's counters).
+		src := ms
+		if stage > 0 {
+			src, _ = readChecked(path, optimName, man)
+		}
+		if err := readDSScaler(src, &st); err != nil {
+			return st, fmt.Errorf("%s: the loss scaler: %w", path, err)
+		}
+	}
 	return st, nil
 }
 
@@ -421,6 +449,9 @@ func readManifest(path string, rank int) (manifest, error) {
 // manifest.
 func readChecked(path, name string, man manifest) (any, error) {
 	p := filepath.Join(path, name)
+	if man.foreign {
+		return ptfile.Read(p, ptfile.Options{DeepSpeed: true})
+	}
 	var want *manifestEntry
 	for i := range man.Files {
 		if man.Files[i].Name == name {

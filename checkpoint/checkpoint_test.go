@@ -35,6 +35,12 @@ type result struct {
 // dir after the last step when save is set.
 func runMLP(t *testing.T, plan dsconfig.Plan, d ztest.MLPData, from, to int, dir string, load, save bool) result {
 	t.Helper()
+	return runMLPVersion(t, zero.Version(0), plan, d, from, to, dir, load, save)
+}
+
+// runMLPVersion is runMLP following DeepSpeed release v's semantics.
+func runMLPVersion(t *testing.T, v zero.Version, plan dsconfig.Plan, d ztest.MLPData, from, to int, dir string, load, save bool) result {
+	t.Helper()
 	world := plan.WorldSize
 	B, gas := int(plan.Batch.TrainMicroBatchSizePerGPU), int(plan.Batch.GradientAccumulationSteps)
 	G := B * gas * world
@@ -50,7 +56,7 @@ func runMLP(t *testing.T, plan dsconfig.Plan, d ztest.MLPData, from, to int, dir
 	err = inproc.New(world, inproc.Options{Timeout: time.Minute}).Run(func(c comm.Comm) error {
 		r := c.Rank()
 		acct := mem.NewAccountant(r)
-		eng, err := zero.NewEngine(plan, zero.Options{Acct: acct, Layout: &d.Layout, Init: d.Init, Workers: 1, Comm: c, Ctx: context.Background()})
+		eng, err := zero.NewEngine(plan, zero.Options{Acct: acct, Layout: &d.Layout, Init: d.Init, Workers: 1, Comm: c, Ctx: context.Background(), Version: v})
 		if err != nil {
 			return err
 		}

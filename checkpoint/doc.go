@@ -58,5 +58,9 @@
 // and optimizer state, puts the model's back together and takes its own
 // part in the new layout — what DeepSpeed needs its universal-checkpoint
 // conversion for. Another model or optimizer is refused with what to
-// change.
+// change. A checkpoint DeepSpeed wrote (no manifest) loads too: its stage
+// and world size are read from its files (the zero_pp_rank optimizer
+// files, the ZeroStageEnum they record) and its loss scaler from the
+// LossScaler object it pickled; its files are read unchecked. A dszero
+// checkpoint whose manifest is missing is refused.
 package checkpoint
