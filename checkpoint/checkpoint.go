@@ -318,6 +318,13 @@ func readRank(dir, tag string, e *zero.Engine, o Options) (zero.State, error) {
 		return st, err
 	}
 	path := filepath.Join(dir, tag)
+	if _, err := os.Stat(path); errors.Is(err, fs.ErrNotExist) {
+		// A crash while a rerun replaced this tag leaves the previous copy
+		// moved aside (publish).
+		if old := filepath.Join(dir, "."+tag+".old"); dirExists(old) {
+			path = old
+		}
+	}
 	plan := e.Plan()
 	rank, world := 0, plan.WorldSize
 	if o.Comm != nil {
@@ -554,4 +561,9 @@ func readOptim(v any, st *zero.State) error {
 		st.Strategy.Groups = append(st.Strategy.Groups, gs)
 	}
 	return nil
+}
+
+func dirExists(p string) bool {
+	st, err := os.Stat(p)
+	return err == nil && st.IsDir()
 }
