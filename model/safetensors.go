@@ -271,6 +271,13 @@ type Tensor struct {
 	Shape     []int
 	Data      []float32
 	Transpose bool
+	// DType is the dtype written: "F32" (or ""), "BF16" or "F16" (rounded
+	// to nearest even).
+	DType string
+	// Stream, instead of Data, yields the tensor's values in C order, a
+	// piece at a time (not with Transpose): a tensor written without ever
+	// being whole in memory.
+	Stream func(yield func([]float32) error) error
 }
 
 // WriteSafetensors writes F32 tensors, in the given order, to path. It
@@ -302,8 +309,16 @@ func WriteSafetensors(path string, tensors []Tensor, metadata map[string]string)
 		for _, d := range t.Shape {
 			n *= d
 		}
-		if n != len(t.Data) || t.Transpose && len(t.Shape) != 2 {
+		if t.Stream == nil && n != len(t.Data) || t.Transpose && (len(t.Shape) != 2 || t.Stream != nil) {
 			panic(fmt.Sprintf("model: tensor %s: shape %v (transpose %v) does not fit %d elements", t.Name, t.Shape, t.Transpose, len(t.Data)))
+		}
+		dt := t.DType
+		if dt == "" {
+			dt = "F32"
+		}
+		size, ok := dtypeSize[dt]
+		if !ok || dt != "F32" && dt != "BF16" && dt != "F16" {
+			panic(fmt.Sprintf("model: tensor %s: dtype %q", t.Name, dt))
 		}
 		if i > 0 || len(metadata) > 0 {
 			hdr.WriteByte(',')
@@ -313,8 +328,8 @@ func WriteSafetensors(path string, tensors []Tensor, metadata map[string]string)
 		if t.Shape == nil {
 			sb = []byte("[]")
 		}
-		fmt.Fprintf(&hdr, `%s:{"dtype":"F32","shape":%s,"data_offsets":[%d,%d]}`, nb, sb, off, off+4*int64(n))
-		off += 4 * int64(n)
+		fmt.Fprintf(&hdr, `%s:{"dtype":"%s","shape":%s,"data_offsets":[%d,%d]}`, nb, dt, sb, off, off+size*int64(n))
+		off += size * int64(n)
 	}
 	hdr.WriteByte('}')
 	for hdr.Len()%8 != 0 {
@@ -339,14 +354,49 @@ func WriteSafetensors(path string, tensors []Tensor, metadata map[string]string)
 	w.WriteString(hdr.String())
 	var chunk [4096]byte // 1024 elements
 	k := 0
-	put := func(v float32) {
+	var put func(v float32)
+	put32 := func(v float32) {
 		binary.LittleEndian.PutUint32(chunk[k:], math.Float32bits(v))
 		if k += 4; k == len(chunk) {
 			w.Write(chunk[:])
 			k = 0
 		}
 	}
+	put16 := func(b uint16) {
+		binary.LittleEndian.PutUint16(chunk[k:], b)
+		if k += 2; k == len(chunk) {
+			w.Write(chunk[:])
+			k = 0
+		}
+	}
 	for _, t := range tensors {
+		switch t.DType {
+		case "BF16":
+			put = func(v float32) { put16(half.BF16FromF32(v)) }
+		case "F16":
+			put = func(v float32) { put16(half.F16FromF32(v)) }
+		default:
+			put = put32
+		}
+		if t.Stream != nil {
+			n, want := 0, 1
+			for _, d := range t.Shape {
+				want *= d
+			}
+			if err := t.Stream(func(vs []float32) error {
+				n += len(vs)
+				for _, v := range vs {
+					put(v)
+				}
+				return nil
+			}); err != nil {
+				return fmt.Errorf("%s: tensor %s: %w", path, t.Name, err)
+			}
+			if n != want {
+				return fmt.Errorf("%s: tensor %s: %d values streamed for shape %v", path, t.Name, n, t.Shape)
+			}
+			continue
+		}
 		if !t.Transpose {
 			for _, v := range t.Data {
 				put(v)

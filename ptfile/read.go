@@ -28,6 +28,7 @@ type File struct {
 	Storages []*Storage
 
 	size    int64
+	ra      io.ReaderAt
 	entries map[string]*zip.File
 	byKey   map[string]*Storage
 	closer  io.Closer
@@ -68,7 +69,7 @@ func Open(path string, opts Options) (*File, error) {
 
 // NewReader reads a checkpoint of size bytes from r; name is used in errors.
 func NewReader(r io.ReaderAt, size int64, name string, opts Options) (*File, error) {
-	f := &File{Name: name, size: size, entries: map[string]*zip.File{}, byKey: map[string]*Storage{}}
+	f := &File{Name: name, size: size, ra: r, entries: map[string]*zip.File{}, byKey: map[string]*Storage{}}
 	zr, err := zip.NewReader(r, size)
 	if err != nil {
 		var magic [2]byte
@@ -251,6 +252,33 @@ func (f *File) Load(s *Storage) error {
 		return f.errorf(name, "%v", err)
 	}
 	s.Data = b
+	return nil
+}
+
+// ReadAt reads bytes [off, off+len(p)) of storage s without loading it:
+// streaming a large storage a piece at a time (dszero export). The entry
+// must be stored uncompressed, as torch.save writes them; the CRC of a
+// partial read is not checked (a checkpoint's manifest checksums cover the
+// whole file).
+func (f *File) ReadAt(s *Storage, p []byte, off int64) error {
+	if f.byKey[s.Key] != s {
+		return fmt.Errorf("ptfile: %s: storage %q is not from this file", f.Name, s.Key)
+	}
+	name := f.Archive + "/data/" + s.Key
+	zf := f.entries[name]
+	if zf.Method != zip.Store {
+		return f.errorf(name, "compressed storage: read it whole with Load")
+	}
+	if off < 0 || off+int64(len(p)) > s.NBytes() {
+		return f.errorf(name, "bytes [%d, %d) of a %d-byte storage", off, off+int64(len(p)), s.NBytes())
+	}
+	base, err := zf.DataOffset()
+	if err != nil {
+		return f.errorf(name, "%v", err)
+	}
+	if _, err := f.ra.ReadAt(p, base+off); err != nil {
+		return f.errorf(name, "%v", err)
+	}
 	return nil
 }
 

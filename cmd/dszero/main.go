@@ -31,6 +31,10 @@ Usage:
   dszero config explain FILE [--world-size N] [HF flags] [--json]
         the resolved plan: stage, partitioning, batch arithmetic, precision,
         offload, and every non-default knob with its source
+  dszero export CKPT_DIR OUT_DIR [--tag TAG] [--dtype fp32|bf16|fp16] [--model PRESET|DIR]
+        the consolidated weights of a checkpoint (dszero's or DeepSpeed's, any
+        stage and world size) as OUT_DIR/model.safetensors, streamed one piece at
+        a time (zero_to_fp32 without its memory)
   dszero estimate --model PRESET|DIR | --params N [--largest-layer N] [--num_gpus G]
         [--num_nodes M] [--deepspeed ds_config.json] [--offload none|cpu|nvme] [--seq T]
         [HF flags] [--json]
@@ -62,6 +66,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return runConfig(args[1:], stdout, stderr)
 	case "train":
 		return runTrain(args[1:], stdout, stderr)
+	case "export":
+		return runExport(args[1:], stdout, stderr)
 	case "estimate":
 		return runEstimate(args[1:], stdout, stderr)
 	case "conformance":
