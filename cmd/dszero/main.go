@@ -31,6 +31,12 @@ Usage:
   dszero config explain FILE [--world-size N] [HF flags] [--json]
         the resolved plan: stage, partitioning, batch arithmetic, precision,
         offload, and every non-default knob with its source
+  dszero bench [--deepspeed ds_config.json] [--stages 0,1,2,3] [--offload none,cpu,nvme]
+        [--nproc N] [--model PRESET] [--micro-batch B] [--seq T] [--steps S]
+        [--device-memory X] [--json OUT] [--plot OUT.png|.svg]
+        train each variant a few steps and report its peak bytes per rank by tier,
+        its model states beside dszero's estimate, step time and tokens/s; over
+        --device-memory it is reported as OOM
   dszero export CKPT_DIR OUT_DIR [--tag TAG] [--dtype fp32|bf16|fp16] [--model PRESET|DIR]
         the consolidated weights of a checkpoint (dszero's or DeepSpeed's, any
         stage and world size) as OUT_DIR/model.safetensors, streamed one piece at
@@ -66,6 +72,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return runConfig(args[1:], stdout, stderr)
 	case "train":
 		return runTrain(args[1:], stdout, stderr)
+	case "bench":
+		return runBench(args[1:], stdout, stderr)
 	case "export":
 		return runExport(args[1:], stdout, stderr)
 	case "estimate":

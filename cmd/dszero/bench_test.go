@@ -1,0 +1,58 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// TestBench: dszero bench's model-state bytes equal dszero's estimate (the
+// ZeRO formula in dszero's element sizes, plus padding) for every stage on
+// 1 to 4 ranks; its --json parses; a variant over --device-memory is
+// reported as OOM, not as a crash; the plot is written as PNG and SVG; bad
+// flags are usage errors.
+func TestBench(t *testing.T) {
+	dir := t.TempDir()
+	for world := 1; world <= 4; world++ {
+		out := filepath.Join(dir, fmt.Sprintf("w%d.json", world))
+		code, stdout, errs := runCLI("bench", "--model", "tiny", "--nproc", fmt.Sprint(world), "--seq", "16", "--steps", "2", "--json", out)
+		if code != 0 {
+			t.Fatalf("world %d: exit %d\n%s%s", world, code, stdout, errs)
+		}
+		raw, _ := os.ReadFile(out)
+		var rep benchReport
+		if err := json.Unmarshal(raw, &rep); err != nil {
+			t.Fatal(err)
+		}
+		if len(rep.Variants) != 4 {
+			t.Fatalf("world %d: %d variants", world, len(rep.Variants))
+		}
+		for _, v := range rep.Variants {
+			if v.Status != "ok" || v.ModelStates != v.Estimate || v.Ratio != 1 {
+				t.Errorf("world %d %s: %s, model states %d bytes, estimate %d", world, v.Variant, v.Status, v.ModelStates, v.Estimate)
+			}
+		}
+	}
+	png, svg := filepath.Join(dir, "b.png"), filepath.Join(dir, "b.svg")
+	code, stdout, errs := runCLI("bench", "--model", "tiny", "--nproc", "2", "--seq", "16", "--steps", "2", "--offload", "none,cpu,nvme",
+		"--device-memory", "1900KiB", "--plot", png)
+	if code != 0 || !strings.Contains(stdout, "stage 0                    oom") || !strings.Contains(stdout, "stage 3 + offload nvme     ok") {
+		t.Fatalf("budget: exit %d\n%s%s", code, stdout, errs)
+	}
+	if code, _, errs := runCLI("bench", "--model", "tiny", "--stages", "3", "--steps", "2", "--seq", "16", "--plot", svg); code != 0 {
+		t.Fatalf("svg: exit %d: %s", code, errs)
+	}
+	for _, f := range []string{png, svg} {
+		if fi, err := os.Stat(f); err != nil || fi.Size() < 1000 {
+			t.Errorf("plot %s: %v", f, err)
+		}
+	}
+	for _, bad := range [][]string{{"--stages", "5"}, {"--offload", "disk"}, {"--steps", "1"}, {"--model", "gpt7"}, {"--plot", filepath.Join(dir, "x.jpg"), "--stages", "0", "--steps", "2", "--model", "tiny", "--seq", "16"}} {
+		if code, _, _ := runCLI(append([]string{"bench"}, bad...)...); code == 0 {
+			t.Errorf("%v: accepted", bad)
+		}
+	}
+}
