@@ -7,6 +7,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/dszero/dszero/model/gpt"
 )
 
 // TestBench: dszero bench's model-state bytes equal dszero's estimate (the
@@ -53,6 +55,39 @@ func TestBench(t *testing.T) {
 	for _, bad := range [][]string{{"--stages", "5"}, {"--offload", "disk"}, {"--steps", "1"}, {"--model", "gpt7"}, {"--plot", filepath.Join(dir, "x.jpg"), "--stages", "0", "--steps", "2", "--model", "tiny", "--seq", "16"}} {
 		if code, _, _ := runCLI(append([]string{"bench"}, bad...)...); code == 0 {
 			t.Errorf("%v: accepted", bad)
+		}
+	}
+}
+
+// TestBenchMatchesDeepSpeedStates: on the reference harness's tiny GPT at
+// 2 ranks in fp32, dszero bench reports DeepSpeed 0.14.5's own fp32 master
+// and Adam bytes per rank for each stage (the reference's result.json
+// memory records, copied here): 441,344 + 882,804 at stage 0 and 220,672 +
+// 441,348 at stages 1–3 — less DeepSpeed's 4-byte "step" tensor per
+// optimizer state entry (one per parameter at stage 0, one per flat group
+// at stages 1–3), which dszero keeps as a counter.
+func TestBenchMatchesDeepSpeedStates(t *testing.T) {
+	out := filepath.Join(t.TempDir(), "b.json")
+	if code, o, e := runCLI("bench", "--model", "tiny", "--nproc", "2", "--seq", "16", "--steps", "2", "--json", out); code != 0 {
+		t.Fatalf("exit %d\n%s%s", code, o, e)
+	}
+	raw, _ := os.ReadFile(out)
+	var rep benchReport
+	if err := json.Unmarshal(raw, &rep); err != nil {
+		t.Fatal(err)
+	}
+	deepspeed := map[int][2]int64{0: {441344, 882804}, 1: {220672, 441348}, 2: {220672, 441348}, 3: {220672, 441348}}
+	tiny, _ := gpt.Preset("tiny")
+	params := int64(len(tiny.WithDefaults().Layout().Specs)) // 29 tensors
+	for _, v := range rep.Variants {
+		ds := deepspeed[v.Stage]
+		steps := int64(1)
+		if v.Stage == 0 {
+			steps = params
+		}
+		master, opt := v.PeakBytes["device"]["master_params"], v.PeakBytes["device"]["optim_state"]
+		if master != ds[0] || opt != ds[1]-4*steps {
+			t.Errorf("%s: master %d, optimizer state %d bytes; DeepSpeed %d and %d (less %d step tensors)", v.Variant, master, opt, ds[0], ds[1], steps)
 		}
 	}
 }
