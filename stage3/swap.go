@@ -16,10 +16,11 @@ import (
 // state at a time; the gradient partitions stay in pinned host memory.
 type swapState struct {
 	sw      *nvme.Swapper
-	names   []string  // the optimizer's state tensors
-	written [][]bool  // [sub-group][state]: the tensor has a swap file
-	counts  []int64   // optimizer steps taken per sub-group
-	master  []float32 // the sub-group being stepped (the largest sub-group's size; mem.MasterParams)
+	names   []string     // the optimizer's state tensors
+	written [][]bool     // [sub-group][state]: the tensor has a swap file
+	counts  []int64      // optimizer steps taken per sub-group
+	masters [2][]float32 // the sub-group being stepped and the next, read ahead (the largest sub-group's size each; mem.MasterParams)
+	next    *pending     // the read-ahead
 	hs      []*nvme.Handle
 }
 
@@ -44,8 +45,13 @@ func (s *Strategy) initSwap() error {
 		return fmt.Errorf("stage 3: optimizer swap files: %w", err)
 	}
 	s.swap = ss
-	if ss.master, err = o.Acct.F32(mem.MasterParams, s.c.OptimizerTier, largest); err != nil {
-		return fmt.Errorf("stage 3: the master partition of one sub-group (%d elements): %w", largest, err)
+	for i := range ss.masters {
+		if i == 1 && len(lay.SubGroups) == 1 {
+			break // nothing to read ahead
+		}
+		if ss.masters[i], err = o.Acct.F32(mem.MasterParams, s.c.OptimizerTier, largest); err != nil {
+			return fmt.Errorf("stage 3: the master partition of one sub-group (%d elements): %w", largest, err)
+		}
 	}
 	for g := range lay.SubGroups {
 		lo, n := lay.SubGroupOffset(g), lay.SubGroupNumel(g)
@@ -79,48 +85,97 @@ func (ss *swapState) out(g int, opt optim.Optimizer) error {
 	return nil
 }
 
-// stepSwapped reads sub-group g in, takes its optimizer step with grad and
-// writes it back; the stepped master is left in ss.master[:len(grad)].
-func (s *Strategy) stepSwapped(g int, grad []float32, setHyper func(optim.Optimizer)) ([]float32, error) {
-	ss, n := s.swap, len(grad)
-	master := ss.master[:n]
-	ss.hs = append(ss.hs[:0], ss.sw.SwapIn(swapKey(g, "master"), master))
+// pending is a sub-group being read in: its master into one of the two
+// master buffers, its state into a fresh optimizer.
+type pending struct {
+	g      int
+	master []float32
+	opt    optim.Optimizer
+	hs     []*nvme.Handle
+	lazy   []int // state tensors the optimizer creates at its first step (SGD's momentum): loaded through a copy
+}
+
+// prepare starts reading sub-group g in (n elements).
+func (s *Strategy) prepare(g, n int) (*pending, error) {
+	ss := s.swap
+	p := &pending{g: g, master: ss.masters[g%2][:n]}
+	p.hs = append(p.hs, ss.sw.SwapIn(swapKey(g, "master"), p.master))
 	opt, err := s.o.NewOptimizer(n)
 	if err != nil {
+		nvme.WaitAll(p.hs...)
 		return nil, err
 	}
-	defer opt.Free()
-	var lazy []int
+	p.opt = opt
 	for i, name := range ss.names {
 		switch st := opt.State(name); {
 		case !ss.written[g][i]:
 		case st != nil:
-			ss.hs = append(ss.hs, ss.sw.SwapIn(swapKey(g, name), st))
+			p.hs = append(p.hs, ss.sw.SwapIn(swapKey(g, name), st))
 		default:
-			lazy = append(lazy, i)
+			p.lazy = append(p.lazy, i)
 		}
 	}
-	if err := nvme.WaitAll(ss.hs...); err != nil {
-		return nil, fmt.Errorf("stage 3: reading the optimizer state of sub-group %d: %w", g, err)
+	return p, nil
+}
+
+// finish waits for p's reads.
+func (s *Strategy) finish(p *pending) error {
+	ss := s.swap
+	if err := nvme.WaitAll(p.hs...); err != nil {
+		return fmt.Errorf("stage 3: reading the optimizer state of sub-group %d: %w", p.g, err)
 	}
-	for _, i := range lazy { // created by the first step (SGD's momentum): loaded through a copy
-		v := make([]float32, n)
-		if err := ss.sw.SwapIn(swapKey(g, ss.names[i]), v).Wait(); err != nil {
-			return nil, fmt.Errorf("stage 3: reading the optimizer state of sub-group %d: %w", g, err)
+	for _, i := range p.lazy {
+		v := make([]float32, len(p.master))
+		if err := ss.sw.SwapIn(swapKey(p.g, ss.names[i]), v).Wait(); err != nil {
+			return fmt.Errorf("stage 3: reading the optimizer state of sub-group %d: %w", p.g, err)
 		}
-		if err := opt.LoadState(ss.names[i], v); err != nil {
-			return nil, fmt.Errorf("stage 3: sub-group %d: %w", g, err)
+		if err := p.opt.LoadState(ss.names[i], v); err != nil {
+			return fmt.Errorf("stage 3: sub-group %d: %w", p.g, err)
 		}
 	}
-	opt.SetStepCount(ss.counts[g])
-	setHyper(opt)
-	opt.Step(master, grad)
-	ss.counts[g] = opt.StepCount()
-	ss.hs = append(ss.hs[:0], ss.sw.SwapOut(swapKey(g, "master"), master))
-	if err := ss.out(g, opt); err != nil {
+	return nil
+}
+
+// drop abandons a read-ahead (after a failed step, or at Close).
+func (p *pending) drop() {
+	nvme.WaitAll(p.hs...)
+	p.opt.Free()
+}
+
+// stepSwapped takes sub-group g's step with grad: its master and state,
+// read ahead while sub-group g-1 stepped (double buffering, as DeepSpeed's
+// pipeline_read), are waited for; the read of sub-group g+1 starts; the
+// step runs and g is written back. The stepped master is returned (one of
+// the two master buffers).
+func (s *Strategy) stepSwapped(g int, grad []float32, setHyper func(optim.Optimizer)) ([]float32, error) {
+	ss, n := s.swap, len(grad)
+	p := ss.next
+	ss.next = nil
+	if p == nil {
+		var err error
+		if p, err = s.prepare(g, n); err != nil {
+			return nil, err
+		}
+	}
+	defer p.opt.Free()
+	if err := s.finish(p); err != nil {
 		return nil, err
 	}
-	return master, nil
+	if next := g + 1; next < len(s.lay.SubGroups) {
+		var err error
+		if ss.next, err = s.prepare(next, s.lay.SubGroupNumel(next)); err != nil {
+			return nil, err
+		}
+	}
+	p.opt.SetStepCount(ss.counts[g])
+	setHyper(p.opt)
+	p.opt.Step(p.master, grad)
+	ss.counts[g] = p.opt.StepCount()
+	ss.hs = append(ss.hs[:0], ss.sw.SwapOut(swapKey(g, "master"), p.master))
+	if err := ss.out(g, p.opt); err != nil {
+		return nil, err
+	}
+	return p.master, nil
 }
 
 // swappedMaster reads every sub-group's master into dst (RankNumel).
@@ -138,9 +193,15 @@ func (s *Strategy) swappedMaster(dst []float32) error {
 }
 
 func (ss *swapState) close(acct *mem.Accountant, tier mem.Tier) {
-	if ss.master != nil {
-		acct.FreeF32(mem.MasterParams, tier, ss.master)
-		ss.master = nil
+	if ss.next != nil {
+		ss.next.drop()
+		ss.next = nil
+	}
+	for i, m := range ss.masters {
+		if m != nil {
+			acct.FreeF32(mem.MasterParams, tier, m)
+			ss.masters[i] = nil
+		}
 	}
 	if ss.sw != nil {
 		ss.sw.Close()
