@@ -108,9 +108,9 @@ func (ds Diagnostics) Filter(s Severity) Diagnostics {
 	return out
 }
 
-// sorted orders diagnostics by position (unpositioned last), keeping the
+// Sorted orders diagnostics by position (unpositioned last), keeping the
 // order of discovery for equal positions.
-func (ds Diagnostics) sorted() Diagnostics {
+func (ds Diagnostics) Sorted() Diagnostics {
 	out := append(Diagnostics(nil), ds...)
 	sort.SliceStable(out, func(i, j int) bool {
 		a, b := out[i], out[j]

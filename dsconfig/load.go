@@ -106,7 +106,7 @@ func Compile(file string, data []byte, opts Options) (Plan, Diagnostics) {
 	c.root = root
 	c.compile()
 	c.plan.settings = c.rec.settings
-	diags := c.s.diags.sorted()
+	diags := c.s.diags.Sorted()
 	c.plan.diags = diags
 	return c.plan, diags
 }

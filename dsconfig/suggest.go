@@ -13,7 +13,7 @@ func suggest(s string, candidates []string) string {
 	best, bestScore, bestPrefix := "", 1<<30, -1
 	for _, c := range candidates {
 		lc := strings.ToLower(c)
-		score := editDistance(ls, lc)
+		score := EditDistance(ls, lc)
 		if ls == lc || strings.TrimLeft(ls, "_") == lc {
 			score = 0
 		}
@@ -71,9 +71,10 @@ func didYouMean(s string, candidates []string, fallback string) string {
 
 func quote(s string) string { return `"` + s + `"` }
 
-// editDistance is the Damerau–Levenshtein (optimal string alignment)
-// distance between a and b, counting a swap of neighbours as one edit.
-func editDistance(a, b string) int {
+// EditDistance is the Damerau–Levenshtein (optimal string alignment)
+// distance between a and b, counting a swap of neighbours as one edit: the
+// distance behind the did-you-mean suggestions of dsconfig and fsdpconfig.
+func EditDistance(a, b string) int {
 	ra, rb := []rune(a), []rune(b)
 	prev2 := make([]int, len(rb)+1)
 	prev := make([]int, len(rb)+1)

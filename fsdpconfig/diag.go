@@ -3,8 +3,8 @@ package fsdpconfig
 import (
 	"encoding/json"
 	"fmt"
-	"sort"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/dszero/dszero/dsconfig"
 	"github.com/dszero/dszero/dsconfig/lenient"
@@ -130,23 +130,6 @@ func (s *sink) set(st Setting) {
 	s.settings = append(s.settings, st)
 }
 
-// sorted orders diagnostics by position (unpositioned last), keeping the
-// order of discovery for equal positions.
-func sorted(ds Diagnostics) Diagnostics {
-	out := append(Diagnostics(nil), ds...)
-	sort.SliceStable(out, func(i, j int) bool {
-		a, b := out[i], out[j]
-		if (a.Line == 0) != (b.Line == 0) {
-			return a.Line != 0
-		}
-		if a.Line != b.Line {
-			return a.Line < b.Line
-		}
-		return a.Col < b.Col
-	})
-	return out
-}
-
 // suggest returns the candidate that s most plausibly misspells, or "":
 // a case-insensitive match, a small edit distance, or the same snake_case
 // words but one (fsdp_transformer_cls_names_to_wrap →
@@ -203,34 +186,13 @@ func wordDistance(a, b string) int {
 	return da + db
 }
 
-// editDistance is the Damerau–Levenshtein (optimal string alignment)
-// distance, a swap of neighbours counting as one edit.
+// editDistance is dsconfig's, refusing (as very far) names longer than
+// 64 characters: the distance is quadratic, and a YAML key can be anything.
 func editDistance(a, b string) int {
-	ra, rb := []rune(a), []rune(b)
-	if len(ra) > 64 || len(rb) > 64 {
+	if utf8.RuneCountInString(a) > 64 || utf8.RuneCountInString(b) > 64 {
 		return 1 << 30
 	}
-	prev2 := make([]int, len(rb)+1)
-	prev := make([]int, len(rb)+1)
-	cur := make([]int, len(rb)+1)
-	for j := range prev {
-		prev[j] = j
-	}
-	for i := 1; i <= len(ra); i++ {
-		cur[0] = i
-		for j := 1; j <= len(rb); j++ {
-			cost := 1
-			if ra[i-1] == rb[j-1] {
-				cost = 0
-			}
-			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
-			if i > 1 && j > 1 && ra[i-1] == rb[j-2] && ra[i-2] == rb[j-1] {
-				cur[j] = min(cur[j], prev2[j-2]+1)
-			}
-		}
-		prev2, prev, cur = prev, cur, prev2
-	}
-	return prev[len(rb)]
+	return dsconfig.EditDistance(a, b)
 }
 
 // didYouMean formats a suggestion as a fix, or returns fallback.

@@ -99,7 +99,7 @@ func Compile(file string, data []byte, opts Options) (Plan, Diagnostics) {
 }
 
 func (r *reader) done() (Plan, Diagnostics) {
-	r.plan.diags = sorted(r.s.diags)
+	r.plan.diags = r.s.diags.Sorted()
 	r.plan.settings = r.s.settings
 	return r.plan, r.plan.Diagnostics()
 }
