@@ -307,23 +307,32 @@ func Load(dir, tag string, e *zero.Engine, o Options) error {
 	return nil
 }
 
-func readRank(dir, tag string, e *zero.Engine, o Options) (zero.State, error) {
-	var st zero.State
-	var err error
+// checkpointPath resolves tag ("" reads latest) to its directory in dir:
+// DIR/TAG, or the copy a crash left moved aside while a rerun replaced the
+// tag (publish).
+func checkpointPath(dir, tag string) (string, string, error) {
 	if tag == "" {
+		var err error
 		if tag, err = LatestTag(dir); err != nil {
-			return st, err
+			return "", "", err
 		}
 	} else if err := checkTag(tag); err != nil {
-		return st, err
+		return "", "", err
 	}
 	path := filepath.Join(dir, tag)
 	if _, err := os.Stat(path); errors.Is(err, fs.ErrNotExist) {
-		// A crash while a rerun replaced this tag leaves the previous copy
-		// moved aside (publish).
 		if old := filepath.Join(dir, "."+tag+".old"); dirExists(old) {
 			path = old
 		}
+	}
+	return tag, path, nil
+}
+
+func readRank(dir, tag string, e *zero.Engine, o Options) (zero.State, error) {
+	var st zero.State
+	_, path, err := checkpointPath(dir, tag)
+	if err != nil {
+		return st, err
 	}
 	plan := e.Plan()
 	rank, world := 0, plan.WorldSize

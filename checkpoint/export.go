@@ -8,6 +8,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"sort"
 
 	"github.com/dszero/dszero/half"
 	"github.com/dszero/dszero/model"
@@ -51,29 +52,24 @@ type piece struct {
 // Export writes dir's checkpoint (o.Tag, or latest) to out.
 func Export(dir, out string, o ExportOptions) (ExportStats, error) {
 	var st ExportStats
-	tag := o.Tag
-	var err error
-	if tag == "" {
-		if tag, err = LatestTag(dir); err != nil {
-			return st, err
-		}
-	} else if err := checkTag(tag); err != nil {
+	tag, path, err := checkpointPath(dir, o.Tag)
+	if err != nil {
 		return st, err
 	}
 	st.Tag = tag
-	path := filepath.Join(dir, tag)
-	man, err := readManifest(path, 0)
+	// The files' names say the precision (bf16_ optimizer files).
 	dtype := "fp32"
+	if _, optim := FileNames(1, 0, "bf16"); fileExists(filepath.Join(path, optim)) {
+		dtype = "bf16"
+	}
+	man, err := readManifest(path, 0)
 	if errors.Is(err, fs.ErrNotExist) {
-		man, err = foreignManifestAny(path)
+		man, err = foreignManifest(path, dtype)
 	}
 	if err != nil {
 		return st, err
 	}
 	st.Stage, st.World, st.ManifestCheck = man.Stage, man.World, !man.foreign
-	if _, err := os.Stat(filepath.Join(path, "bf16_zero_pp_rank_0_mp_rank_00_optim_states.pt")); err == nil {
-		dtype = "bf16"
-	}
 	files := map[string]*ptfile.File{}
 	defer func() {
 		for _, f := range files {
@@ -175,13 +171,9 @@ func checkFile(path, name string, man manifest) error {
 	return fmt.Errorf("checkpoint: %s is not in rank %d's manifest", filepath.Join(path, name), man.Rank)
 }
 
-// foreignManifestAny is foreignManifest for a checkpoint of unknown
-// precision.
-func foreignManifestAny(path string) (manifest, error) {
-	if _, err := os.Stat(filepath.Join(path, "bf16_zero_pp_rank_0_mp_rank_00_optim_states.pt")); err == nil {
-		return foreignManifest(path, "bf16")
-	}
-	return foreignManifest(path, "fp32")
+func fileExists(p string) bool {
+	_, err := os.Stat(p)
+	return err == nil
 }
 
 // locate finds each parameter's name, shape and pieces.
@@ -288,28 +280,21 @@ func locate(man manifest, dtype string, open func(string, int) (*ptfile.File, er
 		}
 		return out
 	}
-	if man.Stage == 3 {
-		lay := partition.Stage3(params, man.World, 0)
-		for i, p := range params {
-			for r := range man.World {
-				lo, hi, _ := partition.PerParam(p.Numel, man.World, r)
-				if hi > lo {
-					where[i] = append(where[i], at(r, int64(lay.Offsets[i]), int64(hi-lo))...)
-				}
-			}
-		}
-		return names, shapes, where, nil
-	}
-	flat := partition.Flat(params, man.World)
-	var off int64
+	// Each rank's pieces of the flat buffer, split by parameter; ranks in
+	// order, so each parameter's pieces come in flat order.
+	starts := make([]int, len(params)+1)
 	for i, p := range params {
-		for r := range man.World {
-			lo, hi := flat.Partition(r)
-			if a, b := max(off, int64(lo)), min(off+int64(p.Numel), int64(hi)); a < b {
-				where[i] = append(where[i], at(r, a-int64(lo), b-a)...)
+		starts[i+1] = starts[i] + p.Numel
+	}
+	for r := range man.World {
+		pieces(man.Stage, man.World, r, params, func(lo, hi, runAt int) {
+			i := sort.SearchInts(starts, lo+1) - 1 // the parameter holding flat[lo]
+			for a := lo; a < hi; i++ {
+				b := min(hi, starts[i+1])
+				where[i] = append(where[i], at(r, int64(runAt+a-lo), int64(b-a))...)
+				a = b
 			}
-		}
-		off += int64(p.Numel)
+		})
 	}
 	return names, shapes, where, nil
 }

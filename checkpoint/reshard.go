@@ -60,28 +60,41 @@ func reshard(path string, man manifest, e *zero.Engine, o Options, rank int) (ze
 }
 
 // pieces calls fn for each piece of the flat buffer that rank holds at
-// stage over world ranks: flat[lo, hi) lies at [at, at+hi-lo) of the
-// rank's concatenated groups. subGroups only matters for grouping, not for
-// where a piece lies.
-func pieces(stage, world, rank int, l *model.Layout, fn func(lo, hi, at int)) {
+// stage over world ranks — params in flattening order — in flat order:
+// flat[lo, hi) lies at [at, at+hi-lo) of the rank's concatenated fp32
+// groups (its partition without padding at stages 1 and 2, every
+// parameter's partition with its padding at stage 3). How the groups are
+// cut into sub-groups does not matter.
+func pieces(stage, world, rank int, params []partition.Param, fn func(lo, hi, at int)) {
 	switch stage {
 	case 0:
-		fn(0, l.Numel, 0)
+		n := 0
+		for _, p := range params {
+			n += p.Numel
+		}
+		fn(0, n, 0)
 	case 1, 2:
-		flat := zcore.FlatLayout(l, world)
+		flat := partition.Flat(params, world)
 		lo, _ := flat.Partition(rank)
 		fn(lo, lo+flat.SavedLen(rank), 0)
 	case 3:
-		ps := make([]partition.Param, len(l.Specs))
-		for i, sp := range l.Specs {
-			ps[i] = partition.Param{Name: sp.Name, Numel: sp.Numel}
-		}
-		lay := partition.Stage3(ps, world, 0)
-		for i, sp := range l.Specs {
-			lo, hi, _ := partition.PerParam(sp.Numel, world, rank)
-			fn(sp.Offset+lo, sp.Offset+hi, lay.Offsets[i])
+		lay := partition.Stage3(params, world, 0)
+		off := 0
+		for i, p := range params {
+			lo, hi, _ := partition.PerParam(p.Numel, world, rank)
+			fn(off+lo, off+hi, lay.Offsets[i])
+			off += p.Numel
 		}
 	}
+}
+
+// layoutParams is l's parameters in flattening order.
+func layoutParams(l *model.Layout) []partition.Param {
+	ps := make([]partition.Param, len(l.Specs))
+	for i, sp := range l.Specs {
+		ps[i] = partition.Param{Name: sp.Name, Numel: sp.Numel}
+	}
+	return ps
 }
 
 // concat is a rank's groups, one after the other: its master or one of
@@ -119,7 +132,7 @@ func gather(saved []zero.State, stage, world int, l *model.Layout) (full, error)
 			}
 		}
 		var err error
-		pieces(stage, world, r, l, func(lo, hi, at int) {
+		pieces(stage, world, r, layoutParams(l), func(lo, hi, at int) {
 			for n, src := range srcs {
 				if at+hi-lo > len(src) {
 					err = fmt.Errorf("rank %d's saved partition has %d elements, its layout needs %d", r, len(src), at+hi-lo)
@@ -158,7 +171,7 @@ func scatter(st *zcore.StrategyState, f full, stage, world, rank int, l *model.L
 		dsts[name] = make([]float32, n) // padding stays zero
 	}
 	var err error
-	pieces(stage, world, rank, l, func(lo, hi, at int) {
+	pieces(stage, world, rank, layoutParams(l), func(lo, hi, at int) {
 		if at+hi-lo > n {
 			err = fmt.Errorf("the partition needs %d elements, this run's rank holds %d", at+hi-lo, n)
 			return
