@@ -20,7 +20,7 @@ import (
 // optimizer state stay partitioned over the world.
 type secondary struct {
 	c     comm.Comm   // the rank's hpZ group
-	bufs  [][]float32 // per parameter: the rank's secondary partition, nil when none
+	bufs  [][]float32 // per parameter: the rank's secondary partition (valid only where its group's is)
 	valid []bool      // per group: its parameters have secondary partitions
 	bytes int64       // accounted (mem.Params16)
 }
@@ -47,17 +47,19 @@ func (h *secondary) keep(s *Strategy, g int) error {
 		}
 		h.bytes += 4 * int64(ps)
 		lo, hi, _ := partition.PerParam(sp.Numel, size, rank)
-		b := make([]float32, ps) // its padding stays zero
-		copy(b, full[sp.Offset+lo:sp.Offset+hi])
-		h.bufs[i] = b
+		if h.bufs[i] == nil {
+			h.bufs[i] = make([]float32, ps) // its padding stays zero; kept from step to step
+		}
+		copy(h.bufs[i], full[sp.Offset+lo:sp.Offset+hi])
 	}
 	h.valid[g] = true
 	return nil
 }
 
-// drop frees every secondary partition (the step changes the parameters).
+// drop invalidates every secondary partition (the step changes the
+// parameters). Their buffers are kept for the next step's forward, which
+// refills them: no allocation per step.
 func (h *secondary) drop(acct *mem.Accountant) {
-	clear(h.bufs)
 	clear(h.valid)
 	acct.Release(mem.Params16, mem.Device, h.bytes)
 	h.bytes = 0

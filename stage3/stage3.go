@@ -120,6 +120,7 @@ type Strategy struct {
 
 	norms, scratch []float64
 	sums           []float64 // per sub-group Σ norm², all-reduced
+	f64            []uint16  // allReduceF64's words
 	flag           []float32
 }
 
@@ -246,6 +247,7 @@ func New(o zcore.Options, c Config) (_ *Strategy, err error) {
 	s.norms = make([]float64, len(s.l.Specs))
 	s.scratch = make([]float64, len(s.l.Specs))
 	s.sums = make([]float64, len(s.lay.SubGroups))
+	s.f64 = make([]uint16, 4*len(s.sums)*(1+s.world))
 	s.flag = make([]float32, 1)
 	if err := s.f.gatherPersistent(); err != nil {
 		return nil, err
@@ -407,7 +409,7 @@ func (s *Strategy) step(in zcore.StepInput) (zcore.StepResult, error) {
 		}
 		s.sums[g] = optim.Zero3LocalSumSq(norms, s.scratch)
 	}
-	if err := allReduceF64(o, s.sums); err != nil {
+	if err := allReduceF64(o, s.sums, s.f64); err != nil {
 		return zcore.StepResult{}, fmt.Errorf("all-reduce of the gradient norm: %w", err)
 	}
 	// scaled_global_grad_norm = torch.linalg.norm(torch.stack(norm_groups))
@@ -468,19 +470,19 @@ func (s *Strategy) step(in zcore.StepInput) (zcore.StepResult, error) {
 // allReduceF64 sums xs over the ranks in float64, in rank order: the
 // float64 bit patterns are all-gathered (as 16-bit words, a pure copy) and
 // added here, as the all_reduce of DeepSpeed's float64 norm tensor does.
-func allReduceF64(o *zcore.Options, xs []float64) error {
+// buf holds (1+world)·4·len(xs) words (no allocation per step).
+func allReduceF64(o *zcore.Options, xs []float64, buf []uint16) error {
 	world := o.Comm.Size()
 	if world == 1 {
 		return nil
 	}
-	mine := make([]uint16, 4*len(xs))
+	mine, all := buf[:4*len(xs)], buf[4*len(xs):4*len(xs)*(1+world)]
 	for i, x := range xs {
 		b := math.Float64bits(x)
 		for w := range 4 {
 			mine[4*i+w] = uint16(b >> (16 * w))
 		}
 	}
-	all := make([]uint16, world*len(mine))
 	if err := o.Comm.AllGather(o.Ctx, comm.BF16(all), comm.BF16(mine)).Wait(); err != nil {
 		return err
 	}
