@@ -19,14 +19,8 @@ type Strategy struct {
 	grads *zcore.Pages // the model's gradient buffer, Layout.Numel; live only where units are
 	part  []float32    // the averaged gradient partition, PartitionSize (mem.Grads)
 
-	units     []model.Unit
-	borrowers [][]int // borrowers[v]: the units whose backward also writes v's gradients
-	waiting   []int   // per unit: AfterBackward calls to come before its gradients are complete
-	live      []bool  // the unit's gradients are accounted (mem.Comm)
-	complete  int     // units complete in this backward pass
-
-	inBackward bool
-	backwards  int // backward passes since the last step
+	units []model.Unit
+	ug    *zcore.UnitGrads // which units' gradients are live, and complete
 
 	bucket   span     // complete units not yet reduced
 	inflight []flight // reductions issued and not yet waited for, oldest first
@@ -69,14 +63,7 @@ func New(o zcore.Options) (_ *Strategy, err error) {
 		return nil, fmt.Errorf("stage 2: gradient buffer: %w", err)
 	}
 	s.units = o.Layout.Units
-	s.borrowers = make([][]int, len(s.units))
-	for u, un := range s.units {
-		for _, b := range un.Borrows {
-			s.borrowers[b] = append(s.borrowers[b], u)
-		}
-	}
-	s.waiting = make([]int, len(s.units))
-	s.live = make([]bool, len(s.units))
+	s.ug = zcore.NewUnitGrads("stage 2", o.Acct, s.units)
 	return s, nil
 }
 
@@ -102,37 +89,16 @@ func (s *Strategy) AfterForward(int) error  { return nil }
 // BeforeBackward makes unit u's gradients live, and those of the units it
 // borrows.
 func (s *Strategy) BeforeBackward(u int) error {
-	if !s.inBackward {
-		s.begin()
-	}
-	if err := s.touch(u); err != nil {
-		return err
-	}
-	for _, b := range s.units[u].Borrows {
-		if err := s.touch(b); err != nil {
-			return err
-		}
-	}
-	return nil
+	return s.ug.Before(u)
 }
 
 // AfterBackward records that unit u's backward is done; the units whose
 // gradients are now complete join the bucket. After the last unit the
 // remaining gradients are reduced and every reduction waited for.
 func (s *Strategy) AfterBackward(u int) error {
-	if !s.inBackward {
-		s.begin()
-	}
-	if err := s.done(u); err != nil {
+	all, err := s.ug.After(u, s.join)
+	if err != nil || !all {
 		return err
-	}
-	for _, b := range s.units[u].Borrows {
-		if err := s.done(b); err != nil {
-			return err
-		}
-	}
-	if s.complete < len(s.units) {
-		return nil
 	}
 	if err := s.flush(); err != nil {
 		return err
@@ -142,41 +108,12 @@ func (s *Strategy) AfterBackward(u int) error {
 			return err
 		}
 	}
-	s.inBackward = false
-	s.backwards++
+	s.ug.EndPass()
 	return nil
 }
 
-// begin starts a backward pass: every unit waits for its own
-// AfterBackward and its borrowers'.
-func (s *Strategy) begin() {
-	s.inBackward = true
-	s.complete = 0
-	for v := range s.waiting {
-		s.waiting[v] = 1 + len(s.borrowers[v])
-	}
-}
-
-func (s *Strategy) touch(v int) error {
-	if s.live[v] {
-		return nil
-	}
-	if err := s.o.Acct.Reserve(mem.Comm, mem.Device, 4*int64(s.units[v].Numel)); err != nil {
-		return fmt.Errorf("stage 2: gradients of unit %q: %w", s.units[v].Name, err)
-	}
-	s.live[v] = true
-	return nil
-}
-
-func (s *Strategy) done(v int) error {
-	s.waiting[v]--
-	switch {
-	case s.waiting[v] > 0:
-		return nil
-	case s.waiting[v] < 0:
-		return fmt.Errorf("stage 2: unit %q finished backward twice in one pass", s.units[v].Name)
-	}
-	s.complete++
+// join adds unit v, whose gradients are complete, to the bucket.
+func (s *Strategy) join(v int) error {
 	un := s.units[v]
 	lo, hi := un.Offset, un.Offset+un.Numel
 	b := &s.bucket
@@ -265,8 +202,7 @@ func (s *Strategy) land() error {
 	}
 	s.grads.Release(f.lo, f.hi)
 	for _, v := range f.units {
-		s.o.Acct.Release(mem.Comm, mem.Device, 4*int64(s.units[v].Numel))
-		s.live[v] = false
+		s.ug.Release(v)
 	}
 	clear(f.hs)
 	s.spare = append(s.spare, flight{hs: f.hs[:0], span: span{units: f.units[:0]}})
@@ -284,12 +220,12 @@ func (s *Strategy) names(units []int) string {
 // during the backward passes since the last step (a collective).
 func (s *Strategy) Step(in zcore.StepInput) (zcore.StepResult, error) {
 	switch {
-	case s.inBackward:
+	case s.ug.InBackward:
 		return zcore.StepResult{}, errors.New("stage 2: step in the middle of a backward pass")
-	case s.backwards == 0:
+	case s.ug.Backwards == 0:
 		return zcore.StepResult{}, errors.New("stage 2: no complete backward pass since the last step: the model must call the engine's unit hooks (bind it with Hooks: engine.Strategy())")
 	}
-	s.backwards = 0
+	s.ug.Backwards = 0
 	defer clear(s.part)
 	res, err := s.shard.Step(in, s.part)
 	if err != nil {
@@ -305,11 +241,8 @@ func (s *Strategy) Close() {
 		comm.WaitAll(f.hs...)
 	}
 	s.inflight = nil
-	for v, l := range s.live {
-		if l {
-			s.o.Acct.Release(mem.Comm, mem.Device, 4*int64(s.units[v].Numel))
-			s.live[v] = false
-		}
+	if s.ug != nil {
+		s.ug.ReleaseAll()
 	}
 	if s.grads != nil {
 		s.grads.Close()

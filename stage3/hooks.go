@@ -34,21 +34,13 @@ func (s *Strategy) AfterForward(u int) error {
 // BeforeBackward gathers the parameters unit u reads (again, if they
 // were released after forward) and makes its gradients live.
 func (s *Strategy) BeforeBackward(u int) error {
-	f, r := &s.f, &s.r
+	f := &s.f
 	if !f.inPass {
 		f.begin()
 	}
 	f.inFwd = false
-	if !r.inBackward {
-		r.begin()
-	}
-	if err := r.touch(u); err != nil {
+	if err := s.r.ug.Before(u); err != nil {
 		return err
-	}
-	for _, b := range s.l.Units[u].Borrows {
-		if err := r.touch(b); err != nil {
-			return err
-		}
 	}
 	g := s.groupOf[u]
 	if us := s.groups[g].Units; u == us[len(us)-1] {
@@ -63,10 +55,7 @@ func (s *Strategy) BeforeBackward(u int) error {
 // gradients that are now complete; after the pass's last unit it waits
 // for every reduction and ends the pass.
 func (s *Strategy) AfterBackward(u int) error {
-	f, r := &s.f, &s.r
-	if !r.inBackward {
-		r.begin()
-	}
+	f := &s.f
 	g := s.groupOf[u]
 	if u == s.groups[g].Units[0] {
 		f.done(g)
@@ -74,21 +63,11 @@ func (s *Strategy) AfterBackward(u int) error {
 	if err := s.borrowed(u, g, func(b int) error { f.done(b); return nil }); err != nil {
 		return err
 	}
-	end, err := r.done(u)
-	if err != nil {
+	end, err := s.r.after(u)
+	if err != nil || !end {
 		return err
 	}
-	for _, b := range s.l.Units[u].Borrows {
-		e, err := r.done(b)
-		if err != nil {
-			return err
-		}
-		end = end || e
-	}
-	if end {
-		return f.end()
-	}
-	return nil
+	return f.end()
 }
 
 // borrowed calls fn for each group unit u borrows other than its own g.

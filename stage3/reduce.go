@@ -5,7 +5,7 @@ import (
 	"time"
 
 	"github.com/dszero/dszero/comm"
-	"github.com/dszero/dszero/mem"
+	"github.com/dszero/dszero/internal/zcore"
 )
 
 // reducer owns the gradients: a model unit's gradients are live in the
@@ -14,15 +14,8 @@ import (
 // borrow it); then they are reduce-scattered into the owners' gradient
 // partitions and released.
 type reducer struct {
-	s *Strategy
-
-	borrowers [][]int // borrowers[v]: the units whose backward also writes v's gradients
-	waiting   []int   // per unit: AfterBackward calls to come before its gradients are complete
-	live      []bool  // the unit's gradients are accounted (mem.Comm)
-	complete  int     // units complete in this backward pass
-
-	inBackward bool
-	backwards  int // backward passes since the last step
+	s  *Strategy
+	ug *zcore.UnitGrads // which units' gradients are live, and complete
 
 	inflight []rsFlight // reduce-scatters issued, oldest first
 	spare    []rsFlight // landed flights whose slices are reused
@@ -40,52 +33,29 @@ type rsFlight struct {
 
 func (r *reducer) init(s *Strategy) {
 	r.s = s
-	units := s.l.Units
-	r.borrowers = make([][]int, len(units))
-	for u, un := range units {
-		for _, b := range un.Borrows {
-			r.borrowers[b] = append(r.borrowers[b], u)
-		}
-	}
-	r.waiting = make([]int, len(units))
-	r.live = make([]bool, len(units))
+	r.ug = zcore.NewUnitGrads("stage 3", s.o.Acct, s.l.Units)
 }
 
-func (r *reducer) begin() {
-	r.inBackward = true
-	r.complete = 0
-	for v := range r.waiting {
-		r.waiting[v] = 1 + len(r.borrowers[v])
-	}
-}
-
-// touch makes unit v's gradients live.
-func (r *reducer) touch(v int) error {
-	if r.live[v] {
-		return nil
-	}
-	un := &r.s.l.Units[v]
-	if err := r.s.o.Acct.Reserve(mem.Comm, mem.Device, 4*int64(un.Numel)); err != nil {
-		return fmt.Errorf("stage 3: gradients of unit %q: %w", un.Name, err)
-	}
-	r.live[v] = true
-	return nil
-}
-
-// done records one AfterBackward that writes v's gradients; when they are
-// complete, their reduce-scatter is issued. It reports whether the whole
-// backward pass is complete.
-func (r *reducer) done(v int) (bool, error) {
-	r.waiting[v]--
-	switch {
-	case r.waiting[v] > 0:
-		return false, nil
-	case r.waiting[v] < 0:
-		return false, fmt.Errorf("stage 3: unit %q finished backward twice in one pass", r.s.l.Units[v].Name)
-	}
-	r.complete++
-	if err := r.issue(v); err != nil {
+// after is AfterBackward(u): the reduce-scatters of the gradients it
+// completes are issued; after the pass's last unit every one is waited
+// for. It reports whether the pass is over.
+func (r *reducer) after(u int) (bool, error) {
+	all, err := r.ug.After(u, r.complete)
+	if err != nil || !all {
 		return false, err
+	}
+	if err := r.landAll(); err != nil {
+		return false, err
+	}
+	r.ug.EndPass()
+	return true, nil
+}
+
+// complete issues the reduce-scatter of unit v, whose gradients are
+// complete.
+func (r *reducer) complete(v int) error {
+	if err := r.issue(v); err != nil {
+		return err
 	}
 	// Without overlap_comm each reduce-scatter is waited for at once; with
 	// it the previous one is, when the next is issued (two buffers, as
@@ -96,18 +66,10 @@ func (r *reducer) done(v int) (bool, error) {
 	}
 	for len(r.inflight) > keep {
 		if err := r.landOldest(); err != nil {
-			return false, err
+			return err
 		}
 	}
-	if r.complete < len(r.waiting) {
-		return false, nil
-	}
-	if err := r.landAll(); err != nil {
-		return false, err
-	}
-	r.inBackward = false
-	r.backwards++
-	return true, nil
+	return nil
 }
 
 // issue averages unit v's gradients and starts their reduce-scatter,
@@ -214,10 +176,7 @@ func (r *reducer) recycle(fl rsFlight) {
 	s := r.s
 	un := &s.l.Units[fl.u]
 	s.grads.Release(un.Offset, un.Offset+un.Numel)
-	if r.live[fl.u] {
-		s.o.Acct.Release(mem.Comm, mem.Device, 4*int64(un.Numel))
-		r.live[fl.u] = false
-	}
+	r.ug.Release(fl.u)
 	for _, st := range fl.staged {
 		s.f.putStaging(st.staging)
 	}
@@ -243,10 +202,5 @@ func (r *reducer) close() {
 		comm.WaitAll(fl.hs...)
 		r.recycle(fl)
 	}
-	for v, l := range r.live {
-		if l {
-			r.s.o.Acct.Release(mem.Comm, mem.Device, 4*int64(r.s.l.Units[v].Numel))
-			r.live[v] = false
-		}
-	}
+	r.ug.ReleaseAll()
 }

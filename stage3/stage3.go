@@ -359,12 +359,12 @@ func (s *Strategy) Optimizers() []optim.Optimizer { return s.opts }
 // DeepSpeedZeroOptimizer_Stage3.step does (a collective).
 func (s *Strategy) Step(in zcore.StepInput) (zcore.StepResult, error) {
 	switch {
-	case s.r.inBackward:
+	case s.r.ug.InBackward:
 		return zcore.StepResult{}, errors.New("stage 3: step in the middle of a backward pass")
-	case s.r.backwards == 0:
+	case s.r.ug.Backwards == 0:
 		return zcore.StepResult{}, errors.New("stage 3: no complete backward pass since the last step: the model must call the engine's unit hooks (bind it with Hooks: engine.Strategy())")
 	}
-	s.r.backwards = 0
+	s.r.ug.Backwards = 0
 	s.steps++
 	defer clear(s.grad)
 	res, err := s.step(in)
