@@ -279,9 +279,8 @@ func (r *reader) accStrategy(fc map[string]field) {
 	}
 	switch {
 	case ss.ok():
-		st, msg := parseStrategy(ss.n.pyStr())
-		if msg != "" {
-			r.s.errorf(ss.n.pos, ss.written, enumFix(ss.n.pyStr(), strategyNames[1:]), "%s", msg)
+		st, ok := enum(r, ss, parseStrategy, strategyNames[1:])
+		if !ok {
 			return
 		}
 		r.plan.Strategy = st
@@ -292,9 +291,8 @@ func (r *reader) accStrategy(fc map[string]field) {
 			}
 		}
 	case ra.ok():
-		st, msg := parseStrategy(ra.n.pyStr())
-		if msg != "" {
-			r.s.errorf(ra.n.pos, ra.written, enumFix(ra.n.pyStr(), strategyNames[1:]), "%s", msg)
+		st, ok := enum(r, ra, parseStrategy, strategyNames[1:])
+		if !ok {
 			return
 		}
 		r.plan.Strategy = st
@@ -314,9 +312,8 @@ func (r *reader) accWrap(fc map[string]field) {
 	wf, cf, mf := fc["fsdp_auto_wrap_policy"], fc["fsdp_transformer_layer_cls_to_wrap"], fc["fsdp_min_num_params"]
 	r.plan.Wrap = NoWrap
 	if wf.ok() && wf.n.kind != kNull {
-		w, msg := parseWrap(wf.n.pyStr())
-		if msg != "" {
-			r.s.errorf(wf.n.pos, wf.written, enumFix(wf.n.pyStr(), wrapOrder), "%s", msg)
+		w, ok := enum(r, wf, parseWrap, wrapOrder)
+		if !ok {
 			return
 		}
 		r.plan.Wrap = w
@@ -466,9 +463,8 @@ func (r *reader) backwardPrefetch(f field, def Source, note string) {
 		r.record("backward_prefetch", NoPrefetch.String(), field{}, def, note)
 		return
 	}
-	p, msg := parsePrefetch(f.n.pyStr())
-	if msg != "" {
-		r.s.errorf(f.n.pos, f.written, enumFix(f.n.pyStr(), prefetchNames[:]), "%s", msg)
+	p, ok := enum(r, f, parsePrefetch, prefetchNames[:])
+	if !ok {
 		return
 	}
 	if r.plan.Version == 2 {
@@ -493,9 +489,8 @@ func (r *reader) stateDict(f field) {
 		r.record("state_dict_type", def.String(), field{}, FromPluginDefault, note)
 		return
 	}
-	sd, msg := parseStateDict(f.n.pyStr())
-	if msg != "" {
-		r.s.errorf(f.n.pos, f.written, enumFix(f.n.pyStr(), stateDictNames[1:]), "%s", msg)
+	sd, ok := enum(r, f, parseStateDict, stateDictNames[1:])
+	if !ok {
 		return
 	}
 	if sd == LocalStateDict && r.plan.Version == 2 {

@@ -263,9 +263,8 @@ func (r *reader) trainerStrategy(opts []string, keys map[string]field) {
 			}
 		}
 	case ra.ok():
-		s2, msg := parseStrategy(ra.n.pyStr())
-		if msg != "" {
-			r.s.errorf(ra.n.pos, ra.written, enumFix(ra.n.pyStr(), strategyNames[1:]), "%s", msg)
+		s2, ok := enum(r, ra, parseStrategy, strategyNames[1:])
+		if !ok {
 			return
 		}
 		r.plan.Strategy = s2
@@ -330,9 +329,8 @@ func (r *reader) trainerWrap(opts []string, keys map[string]field) {
 	r.plan.Wrap = NoWrap
 	switch {
 	case wf.ok() && wf.n.kind != kNull:
-		w, msg := parseWrap(wf.n.pyStr())
-		if msg != "" {
-			r.s.errorf(wf.n.pos, wf.written, enumFix(wf.n.pyStr(), wrapOrder), "%s", msg)
+		w, ok := enum(r, wf, parseWrap, wrapOrder)
+		if !ok {
 			return
 		}
 		r.plan.Wrap = w

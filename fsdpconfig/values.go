@@ -88,6 +88,17 @@ func pyList(xs []string) string {
 	return "[" + strings.Join(q, ", ") + "]"
 }
 
+// enum reads field f with parse. A bad value is an error at f, with the
+// closest of names as the fix, and ok is false.
+func enum[T any](r *reader, f field, parse func(string) (T, string), names []string) (v T, ok bool) {
+	v, msg := parse(f.n.pyStr())
+	if msg != "" {
+		r.s.errorf(f.n.pos, f.written, enumFix(f.n.pyStr(), names), "%s", msg)
+		return v, false
+	}
+	return v, true
+}
+
 // enumFix suggests a valid name for a misspelt enum value.
 func enumFix(s string, names []string) string {
 	return didYouMean(s, names, "write one of "+quoteList(names))

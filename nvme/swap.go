@@ -138,28 +138,37 @@ func (s *Swapper) keyLocked(key string) *keyState {
 	return ks
 }
 
-// queueLocked counts r as pending and reports whether it may start now,
-// or has to wait for the requests before it on its key.
-func (s *Swapper) queueLocked(ks *keyState, r *request) bool {
+// submitLocked counts r as pending, unlocks s.mu and starts r, unless it
+// has to wait for the requests before it on its key.
+func (s *Swapper) submitLocked(ks *keyState, r *request) {
 	s.pending.Add(1)
 	if ks.busy {
 		ks.waiting = append(ks.waiting, r)
-		return false
+		s.mu.Unlock()
+		return
 	}
 	ks.busy = true
-	return true
+	s.mu.Unlock()
+	s.start(ks, r)
 }
 
-// nextLocked is the request waiting on ks after the one that completed.
-func (s *Swapper) nextLocked(ks *keyState) *request {
+// finishLocked ends a request on ks whose outcome is err: it unlocks s.mu,
+// wakes the buffer waiters, completes h and starts the request waiting on
+// ks after it.
+func (s *Swapper) finishLocked(ks *keyState, h *Handle, err error) {
+	var next *request
 	if len(ks.waiting) == 0 {
 		ks.busy = false
-		return nil
+	} else {
+		next = ks.waiting[0]
+		ks.waiting[0] = nil
+		ks.waiting = ks.waiting[1:]
 	}
-	r := ks.waiting[0]
-	ks.waiting[0] = nil
-	ks.waiting = ks.waiting[1:]
-	return r
+	s.mu.Unlock()
+	s.cond.Broadcast()
+	h.complete(err)
+	s.start(ks, next)
+	s.pending.Done()
 }
 
 // start opens r's file and hands r to the engine. A read of a key whose
@@ -232,18 +241,9 @@ func (s *Swapper) Write(key string, b *Buffer) *Handle {
 			s.stats.Writes++
 			s.stats.BytesWritten += int64(len(data))
 		}
-		next := s.nextLocked(ks)
-		s.mu.Unlock()
-		s.cond.Broadcast()
-		h.complete(err)
-		s.start(ks, next)
-		s.pending.Done()
+		s.finishLocked(ks, h, err)
 	}
-	now := s.queueLocked(ks, r)
-	s.mu.Unlock()
-	if now {
-		s.start(ks, r)
-	}
+	s.submitLocked(ks, r)
 	return h
 }
 
@@ -343,17 +343,8 @@ func (s *Swapper) read(key string, b *Buffer, dst []float32) *Handle {
 			s.stats.Reads++
 			s.stats.BytesRead += int64(len(data))
 		}
-		next := s.nextLocked(ks)
-		s.mu.Unlock()
-		s.cond.Broadcast()
-		h.complete(err)
-		s.start(ks, next)
-		s.pending.Done()
+		s.finishLocked(ks, h, err)
 	}
-	now := s.queueLocked(ks, r)
-	s.mu.Unlock()
-	if now {
-		s.start(ks, r)
-	}
+	s.submitLocked(ks, r)
 	return h
 }
