@@ -99,25 +99,12 @@ func TestStage3VariantsGPT(t *testing.T) {
 // stage 3 needs 20Ψ/4 = 5Ψ plus the units it gathers and trains (both
 // with activation checkpointing).
 func TestStage3FitsWhereStage2OOMs(t *testing.T) {
-	g := loadGPT(t)
-	mc := g.cfg
-	mc.Layers, mc.Dim, mc.MLP, mc.Vocab = 16, 128, 512, 64
-	psi := int64(mc.WithDefaults().Layout().Numel)
-	const world = 4
+	b := newBudgetRun(t)
+	psi := b.psi
 	try := func(stage int) error {
 		js := strings.Replace(harnessJSON(stage, 1, 1, 1<<20, false), `"stage": `+fmt.Sprint(stage)+`,`, fmt.Sprintf(`"stage": %d,
 		  "stage3_param_persistence_threshold": 0, "stage3_max_reuse_distance": 0, "stage3_prefetch_bucket_size": 300000,`, stage), 1)
-		plan, err := dsconfig.Load(js, dsconfig.Options{WorldSize: world})
-		if err != nil {
-			t.Fatal(err)
-		}
-		devs := make([]Device, world)
-		for r := range devs {
-			devs[r] = Device{Acct: mem.NewAccountant(r), Gemm: g.gemm}
-			devs[r].Acct.SetCapacity(mem.Device, 7*psi)
-		}
-		_, err = Run(Config{Plan: plan, Model: mc, Seed: 1, SeqLen: 32, Steps: 2, Devices: devs, Workers: 1, Checkpoint: true,
-			Batches: gptSamples{tokens: g.tokens, B: 1, gas: 1, world: world}}, nil)
+		devs, err := b.run(t, js, 7*psi)
 		if err == nil {
 			t.Logf("stage %d: peak %d bytes = %.2fΨ under a budget of 7Ψ", stage, devs[0].Acct.Snapshot().PeakTotal[mem.Device],
 				float64(devs[0].Acct.Snapshot().PeakTotal[mem.Device])/float64(psi))
@@ -287,26 +274,12 @@ func TestFSDPStrategies(t *testing.T) {
 // (swap files in a temporary directory) the device holds only the
 // gathered units, the live gradients and the activations, and it trains.
 func TestNVMeOffloadFitsWhereStage3OOMs(t *testing.T) {
-	g := loadGPT(t)
-	mc := g.cfg
-	mc.Layers, mc.Dim, mc.MLP, mc.Vocab = 16, 128, 512, 64
-	psi := int64(mc.WithDefaults().Layout().Numel)
-	const world = 4
+	b := newBudgetRun(t)
+	psi, world := b.psi, int64(budgetWorld)
 	try := func(offload string) ([]Device, error) {
 		js := strings.Replace(harnessJSON(3, 1, 1, 1<<20, false), `"stage": 3,`, `"stage": 3, "stage3_param_persistence_threshold": 0,
 		  "stage3_max_reuse_distance": 0, "stage3_prefetch_bucket_size": 300000,`+offload, 1)
-		plan, err := dsconfig.Load(js, dsconfig.Options{WorldSize: world})
-		if err != nil {
-			t.Fatal(err)
-		}
-		devs := make([]Device, world)
-		for r := range devs {
-			devs[r] = Device{Acct: mem.NewAccountant(r), Gemm: g.gemm}
-			devs[r].Acct.SetCapacity(mem.Device, 3*psi)
-		}
-		_, err = Run(Config{Plan: plan, Model: mc, Seed: 1, SeqLen: 32, Steps: 2, Devices: devs, Workers: 1, Checkpoint: true,
-			Batches: gptSamples{tokens: g.tokens, B: 1, gas: 1, world: world}}, nil)
-		return devs, err
+		return b.run(t, js, 3*psi)
 	}
 	var oom *mem.OOMError
 	if _, err := try(""); !errors.As(err, &oom) {
@@ -323,4 +296,40 @@ func TestNVMeOffloadFitsWhereStage3OOMs(t *testing.T) {
 	if s.PeakTotal[mem.NVMe] < 16*psi/world {
 		t.Errorf("NVMe tier %d bytes, want at least the parameters and optimizer state, %d", s.PeakTotal[mem.NVMe], 16*psi/world)
 	}
+}
+
+// budgetRun is the model of the device-budget tests: a 16-block GPT
+// (Ψ = psi parameters) trained for two steps on budgetWorld ranks with
+// activation checkpointing.
+type budgetRun struct {
+	g   gptRef
+	mc  gpt.Config
+	psi int64
+}
+
+const budgetWorld = 4
+
+func newBudgetRun(t *testing.T) budgetRun {
+	g := loadGPT(t)
+	mc := g.cfg
+	mc.Layers, mc.Dim, mc.MLP, mc.Vocab = 16, 128, 512, 64
+	return budgetRun{g: g, mc: mc, psi: int64(mc.WithDefaults().Layout().Numel)}
+}
+
+// run trains under config js with a device budget of budget bytes per
+// rank; the devices hold each rank's accounting.
+func (b budgetRun) run(t *testing.T, js string, budget int64) ([]Device, error) {
+	t.Helper()
+	plan, err := dsconfig.Load(js, dsconfig.Options{WorldSize: budgetWorld})
+	if err != nil {
+		t.Fatal(err)
+	}
+	devs := make([]Device, budgetWorld)
+	for r := range devs {
+		devs[r] = Device{Acct: mem.NewAccountant(r), Gemm: b.g.gemm}
+		devs[r].Acct.SetCapacity(mem.Device, budget)
+	}
+	_, err = Run(Config{Plan: plan, Model: b.mc, Seed: 1, SeqLen: 32, Steps: 2, Devices: devs, Workers: 1, Checkpoint: true,
+		Batches: gptSamples{tokens: b.g.tokens, B: 1, gas: 1, world: budgetWorld}}, nil)
+	return devs, err
 }
