@@ -53,6 +53,21 @@ type manifestEntry struct {
 
 func manifestName(rank int) string { return fmt.Sprintf("dszero_manifest_rank_%d.json", rank) }
 
+// partitionedStage0 says a stage-0 run of dtype partitions its fp32
+// master and optimizer state across the ranks as stage 1 does: DeepSpeed's
+// BF16_Optimizer, which it uses for bf16 at stage 0, and whose per-rank
+// files dszero writes and reads the same way.
+func partitionedStage0(stage int, dtype string) bool { return stage == 0 && dtype == "bf16" }
+
+// fileStage is the stage whose file layout a checkpoint of stage and dtype
+// has.
+func fileStage(stage int, dtype string) int {
+	if partitionedStage0(stage, dtype) {
+		return 1
+	}
+	return stage
+}
+
 // FileNames are the files rank writes at stage for dtype, in DeepSpeed's
 // naming.
 func FileNames(stage, rank int, dtype string) (model, optim string) {
@@ -66,7 +81,7 @@ func FileNames(stage, rank int, dtype string) (model, optim string) {
 	case rank == 0:
 		model = "mp_rank_00_model_states.pt"
 	}
-	if stage >= 1 {
+	if fileStage(stage, dtype) >= 1 {
 		optim = fmt.Sprintf("%szero_pp_rank_%d_mp_rank_00_optim_states.pt", prefix, rank)
 	}
 	return model, optim
@@ -422,9 +437,12 @@ func readSaved(path string, stage, rank, world int, dtype string, l *model.Layou
 			st.Scheduler[fmt.Sprint(k)] = v
 		}
 	}
-	if stage == 0 {
+	switch {
+	case partitionedStage0(stage, dtype):
+		err = readPartitionedStage0(path, man0, l, dtype, &st)
+	case stage == 0:
 		err = readStage0(ms, &st, l, dtype)
-	} else {
+	default:
 		var os_ any
 		if os_, err = readChecked(path, optimName, man); err != nil {
 			return st, err
@@ -535,6 +553,38 @@ func readStage0(ms any, st *zero.State, l *model.Layout, dtype string) error {
 		return err
 	}
 	st.Strategy.Groups = []zcore.GroupState{g}
+	return nil
+}
+
+// readPartitionedStage0 reads the fp32 master and optimizer state of a
+// partitioned stage-0 checkpoint (partitionedStage0) from every saved
+// rank's file, man0 being rank 0's manifest: at stage 0 each rank holds
+// them whole.
+func readPartitionedStage0(path string, man0 manifest, l *model.Layout, dtype string, st *zero.State) error {
+	saved := make([]zero.State, man0.World)
+	for r := range saved {
+		man := man0
+		if r != 0 && !man0.foreign {
+			var err error
+			if man, err = readManifest(path, r); err != nil {
+				return err
+			}
+		}
+		_, name := FileNames(0, r, dtype)
+		v, err := readChecked(path, name, man)
+		if err != nil {
+			return err
+		}
+		saved[r].Strategy.Stage = 1
+		if err := readOptim(v, &saved[r]); err != nil {
+			return fmt.Errorf("%s: %w", name, err)
+		}
+	}
+	f, err := gather(saved, 1, man0.World, l)
+	if err != nil {
+		return err
+	}
+	st.Strategy.Groups = []zcore.GroupState{{Master: f.master, Optim: zcore.OptimState{Name: f.name, Steps: f.steps, State: f.optim}}}
 	return nil
 }
 

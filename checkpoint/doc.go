@@ -7,7 +7,8 @@
 //	DIR/latest                                   the tag, written last
 //	DIR/TAG/mp_rank_00_model_states.pt           stages 0–2: rank 0 writes it
 //	DIR/TAG/zero_pp_rank_R_mp_rank_00_model_states.pt   stage 3: every rank
-//	DIR/TAG/[bf16_]zero_pp_rank_R_mp_rank_00_optim_states.pt  stages 1–3: rank R
+//	DIR/TAG/[bf16_]zero_pp_rank_R_mp_rank_00_optim_states.pt  stages 1–3, and
+//	                                             bf16 at stage 0: rank R
 //	DIR/TAG/dszero_manifest_rank_R.json          rank R's files: bytes and sha256
 //
 // TAG defaults to global_step{N}. A model-states file holds the module
@@ -15,9 +16,10 @@
 // at stages 0–2, empty placeholders at stage 3), buffer_names,
 // param_shapes (one OrderedDict name → torch.Size), the lr scheduler's
 // state, global_steps, skipped_steps, global_samples, dp_world_size,
-// ds_config and ds_version; at stage 0 also the whole torch optimizer
-// state dict (one state entry per parameter). An optim-states file holds
-// the rank's fp32 partition and the base optimizer's state over it:
+// ds_config and ds_version; at stage 0 in fp32 and fp16 also the whole
+// torch optimizer state dict (one state entry per parameter). An
+// optim-states file holds the rank's fp32 partition and the base
+// optimizer's state over it:
 //
 //	stages 1, 2  single_partition_of_fp32_groups [rank's partition of the
 //	             flat buffer, padding stripped], base_optimizer_state
@@ -27,11 +29,14 @@
 //	stage 3      fp32_flat_groups [one per sub-group: the rank's partition
 //	             of every parameter, ceil(numel/world) each, padding
 //	             included], optimizer_state_dict {state {g: ...}}
+//	bf16 at      DeepSpeed's BF16_Optimizer: the keys of stages 1 and 2 over
+//	stage 0      the same partition, without zero_stage or a loss scaler
+//	             (every rank holds the whole state; each saves its part)
 //
-// Both carry loss_scaler (DeepSpeed's LossScaler object), dynamic_loss_scale
-// and overflow. What DeepSpeed does not save but an exact resume needs —
+// Stages 1–3 also carry loss_scaler (DeepSpeed's LossScaler object),
+// dynamic_loss_scale and overflow. What DeepSpeed does not save but an exact resume needs —
 // the dynamic loss scaler's cur_iter, last_overflow_iter and
-// cur_hysteresis, and at stage 0 in 16-bit training the fp32 master — is
+// cur_hysteresis, and at stage 0 in fp16 training the fp32 master — is
 // client state under the key "dszero", as DeepSpeed keeps any client
 // state at the top of the model-states file.
 //

@@ -186,7 +186,8 @@ func locate(man manifest, dtype string, open func(string, int) (*ptfile.File, er
 	tensorPiece := func(f *ptfile.File, t *ptfile.Tensor, lo, n int64) piece {
 		return piece{f: f, s: t.Storage, dtype: t.DType, off: t.Offset + lo, n: n}
 	}
-	if man.Stage == 0 {
+	stage := fileStage(man.Stage, dtype)
+	if stage == 0 {
 		mod, err := get[*ptfile.Dict](ms.Root, "module")
 		if err != nil {
 			return nil, nil, nil, err
@@ -251,7 +252,7 @@ func locate(man manifest, dtype string, open func(string, int) (*ptfile.File, er
 			return nil, nil, nil, err
 		}
 		p := "optimizer_state_dict.single_partition_of_fp32_groups"
-		if man.Stage == 3 {
+		if stage == 3 {
 			p = "optimizer_state_dict.fp32_flat_groups"
 		}
 		l, err := get[ptfile.List](f.Root, p)
@@ -287,7 +288,7 @@ func locate(man manifest, dtype string, open func(string, int) (*ptfile.File, er
 		starts[i+1] = starts[i] + p.Numel
 	}
 	for r := range man.World {
-		pieces(man.Stage, man.World, r, params, func(lo, hi, runAt int) {
+		pieces(stage, man.World, r, params, func(lo, hi, runAt int) {
 			i := sort.SearchInts(starts, lo+1) - 1 // the parameter holding flat[lo]
 			for a := lo; a < hi; i++ {
 				b := min(hi, starts[i+1])

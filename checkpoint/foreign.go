@@ -48,6 +48,11 @@ func foreignManifest(path, dtype string) (manifest, error) {
 	}
 	zs, err := ptfile.Lookup(v, "optimizer_state_dict.zero_stage")
 	if err != nil {
+		if _, cerr := ptfile.Lookup(v, "optimizer_state_dict.clip_grad"); cerr == nil && dtype == "bf16" {
+			// BF16_Optimizer at stage 0 records no zero_stage.
+			m.Stage = 0
+			return m, nil
+		}
 		return m, fmt.Errorf("checkpoint %s/%s: %w", path, optim, err)
 	}
 	o, ok := zs.(*ptfile.Object)

@@ -171,7 +171,8 @@ func modelStates(e *zero.Engine, st zero.State, l *model.Layout, work []float32,
 	d.Set("module", module(l, work, plan.Precision.DType, stage))
 	d.Set("buffer_names", ptfile.List{})
 	var master16 []float32
-	if stage == 0 {
+	dtype := plan.Precision.DType
+	if stage == 0 && !partitionedStage0(stage, dtype) {
 		g := st.Strategy.Groups[0]
 		state := ptfile.NewDict()
 		for i, sp := range l.Specs {
@@ -179,7 +180,7 @@ func modelStates(e *zero.Engine, st zero.State, l *model.Layout, work []float32,
 		}
 		d.Set("optimizer", dict("state", state, "param_groups", ptfile.List{paramGroup(g.Optim, len(l.Specs))}))
 		d.Set("param_shapes", nil)
-		if plan.Precision.DType != "fp32" {
+		if dtype != "fp32" {
 			master16 = g.Master
 		}
 	} else {
@@ -191,7 +192,7 @@ func modelStates(e *zero.Engine, st zero.State, l *model.Layout, work []float32,
 		frozen = ptfile.NewOrderedDict()
 	}
 	d.Set("frozen_param_shapes", frozen)
-	if stage == 0 {
+	if stage == 0 && !partitionedStage0(stage, dtype) {
 		d.Set("shared_params", nil)
 	} else {
 		d.Set("shared_params", ptfile.NewDict())
@@ -223,10 +224,14 @@ func modelStates(e *zero.Engine, st zero.State, l *model.Layout, work []float32,
 	return d
 }
 
-// optimStates is rank's optim-states file (stages 1–3).
+// optimStates is rank's optim-states file (stages 1–3, and stage 0 when
+// partitionedStage0).
 func optimStates(e *zero.Engine, st zero.State, l *model.Layout, dsConfig any) *ptfile.Dict {
 	plan := e.Plan()
 	ss := st.Strategy
+	if partitionedStage0(ss.Stage, plan.Precision.DType) {
+		return dict("optimizer_state_dict", bf16OptimizerState(ss, l, plan.GradientClipping), "ds_config", dsConfig, "ds_version", DSVersion)
+	}
 	common := func(d *ptfile.Dict) {
 		d.Set("loss_scaler", lossScaler(st))
 		d.Set("dynamic_loss_scale", st.Dynamic)
@@ -249,25 +254,45 @@ func optimStates(e *zero.Engine, st zero.State, l *model.Layout, dsConfig any) *
 		osd.Set("fp32_flat_groups", flats)
 	} else {
 		common(osd)
-		osd.Set("clip_grad", plan.GradientClipping)
 		g := ss.Groups[0]
-		n := len(g.Master)
-		osd.Set("base_optimizer_state", dict("state", dict(0, torchState(g.Optim, 0, n, []int64{int64(n)})),
-			"param_groups", ptfile.List{paramGroup(g.Optim, 1)}))
-		osd.Set("single_partition_of_fp32_groups", ptfile.List{ptfile.FromFloat32([]int64{int64(n)}, g.Master)})
-		osd.Set("zero_stage", enum)
-		flat, order := zcore.FlatOrder(l, ss.World, plan.Zero.RoundRobinGradients)
-		osd.Set("group_paddings", ptfile.List{int64(flat.PartitionSize - flat.SavedLen(ss.Rank))})
-		osd.Set("partition_count", ptfile.List{int64(ss.World)})
-		osd.Set("ds_version", DSVersion)
-		maps := ptfile.NewOrderedDict()
-		for _, f := range flat.SliceMappings(ss.Rank) {
-			maps.Set(l.Specs[order[f.Param]].Name, dsObject("deepspeed.utils.tensor_fragment", "fragment_address",
-				dict("numel", int64(f.Len), "start", int64(f.PartitionOffset))))
-		}
-		osd.Set("param_slice_mappings", ptfile.List{maps})
+		partitionState(osd, g, 0, len(g.Master), l, ss, plan.GradientClipping, plan.Zero.RoundRobinGradients, enum)
 	}
 	return dict("optimizer_state_dict", osd, "ds_config", dsConfig, "ds_version", DSVersion)
+}
+
+// bf16OptimizerState is DeepSpeed's BF16_Optimizer state at stage 0: the
+// rank's stage-1 partition of the whole fp32 master and optimizer state
+// every rank holds, without a loss scaler or zero_stage.
+func bf16OptimizerState(ss zcore.StrategyState, l *model.Layout, clip float64) *ptfile.Dict {
+	flat, _ := zcore.FlatOrder(l, ss.World, false)
+	lo, _ := flat.Partition(ss.Rank)
+	osd := ptfile.NewDict()
+	partitionState(osd, ss.Groups[0], lo, lo+flat.SavedLen(ss.Rank), l, ss, clip, false, nil)
+	return osd
+}
+
+// partitionState sets the keys of a stage-1/2 optimizer state (and
+// BF16_Optimizer's, with no enum) for the rank's partition, elements
+// [lo, hi) of g.
+func partitionState(osd *ptfile.Dict, g zcore.GroupState, lo, hi int, l *model.Layout, ss zcore.StrategyState, clip float64, roundRobin bool, enum *ptfile.Object) {
+	n := hi - lo
+	osd.Set("clip_grad", clip)
+	osd.Set("base_optimizer_state", dict("state", dict(0, torchState(g.Optim, lo, hi, []int64{int64(n)})),
+		"param_groups", ptfile.List{paramGroup(g.Optim, 1)}))
+	osd.Set("single_partition_of_fp32_groups", ptfile.List{ptfile.FromFloat32([]int64{int64(n)}, g.Master[lo:hi])})
+	if enum != nil {
+		osd.Set("zero_stage", enum)
+	}
+	flat, order := zcore.FlatOrder(l, ss.World, roundRobin)
+	osd.Set("group_paddings", ptfile.List{int64(flat.PartitionSize - flat.SavedLen(ss.Rank))})
+	osd.Set("partition_count", ptfile.List{int64(ss.World)})
+	osd.Set("ds_version", DSVersion)
+	maps := ptfile.NewOrderedDict()
+	for _, f := range flat.SliceMappings(ss.Rank) {
+		maps.Set(l.Specs[order[f.Param]].Name, dsObject("deepspeed.utils.tensor_fragment", "fragment_address",
+			dict("numel", int64(f.Len), "start", int64(f.PartitionOffset))))
+	}
+	osd.Set("param_slice_mappings", ptfile.List{maps})
 }
 
 // defaultDSConfig is the part of the config DeepSpeed's ds_config key

@@ -105,7 +105,7 @@ func matchStructure(n *recNode, v any, path string) error {
 // same run — names, keys, types, dtypes, shapes — with what Save wrote.
 func TestMatchesDeepSpeedLayout(t *testing.T) {
 	d := ztest.MustLoadMLP(t, mlpRef)
-	for _, run := range []string{"z0_fp32", "z1_fp32", "z2_fp32", "z3_fp32", "z1_bf16", "z2_bf16", "z3_bf16"} {
+	for _, run := range []string{"z0_fp32", "z1_fp32", "z2_fp32", "z3_fp32", "z0_bf16", "z1_bf16", "z2_bf16", "z3_bf16"} {
 		raw, err := os.ReadFile(filepath.Join(referenceDir, "mlp_"+run, "checkpoint.json"))
 		if err != nil {
 			t.Fatal(err)

@@ -17,19 +17,24 @@ import (
 func TestReshard(t *testing.T) {
 	d := ztest.MustLoadMLP(t, mlpRef)
 	const n = 2
-	for _, tc := range []struct{ fromStage, fromWorld, toStage, toWorld, subGroup int }{
-		{3, 2, 1, 3, 0}, {2, 2, 3, 4, 1000}, {1, 2, 0, 1, 0}, {0, 1, 3, 2, 0}, {3, 2, 3, 3, 3000}, {2, 4, 2, 3, 0},
+	for _, tc := range []struct {
+		fromStage, fromWorld, toStage, toWorld, subGroup int
+		dtype                                            string
+	}{
+		{3, 2, 1, 3, 0, "fp32"}, {2, 2, 3, 4, 1000, "fp32"}, {1, 2, 0, 1, 0, "fp32"}, {0, 1, 3, 2, 0, "fp32"}, {3, 2, 3, 3, 3000, "fp32"}, {2, 4, 2, 3, 0, "fp32"},
+		// bf16 at stage 0 partitions its files as DeepSpeed's BF16_Optimizer does.
+		{0, 2, 3, 3, 0, "bf16"}, {1, 2, 0, 3, 0, "bf16"},
 	} {
-		t.Run(fmt.Sprintf("z%d_w%d_to_z%d_w%d", tc.fromStage, tc.fromWorld, tc.toStage, tc.toWorld), func(t *testing.T) {
-			from, err := ztest.Plan(stageJSON(tc.fromStage, "fp32", 0), tc.fromWorld)
+		t.Run(fmt.Sprintf("z%d_w%d_to_z%d_w%d_%s", tc.fromStage, tc.fromWorld, tc.toStage, tc.toWorld, tc.dtype), func(t *testing.T) {
+			from, err := ztest.Plan(stageJSON(tc.fromStage, tc.dtype, 0), tc.fromWorld)
 			if err != nil {
 				t.Fatal(err)
 			}
-			to, err := ztest.Plan(stageJSON(tc.toStage, "fp32", tc.subGroup), tc.toWorld)
+			to, err := ztest.Plan(stageJSON(tc.toStage, tc.dtype, tc.subGroup), tc.toWorld)
 			if err != nil {
 				t.Fatal(err)
 			}
-			canon, err := ztest.Plan(stageJSON(0, "fp32", 0), 1)
+			canon, err := ztest.Plan(stageJSON(0, tc.dtype, 0), 1)
 			if err != nil {
 				t.Fatal(err)
 			}
