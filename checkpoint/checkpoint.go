@@ -553,7 +553,7 @@ func readStage0(ms any, st *zero.State, l *model.Layout, dtype string) error {
 		return err
 	}
 	st.Strategy.Groups = []zcore.GroupState{g}
-	return nil
+	return readResume(ms, clientKey+".optim_resume", st.Strategy.Groups)
 }
 
 // readPartitionedStage0 reads the fp32 master and optimizer state of a
@@ -584,7 +584,7 @@ func readPartitionedStage0(path string, man0 manifest, l *model.Layout, dtype st
 	if err != nil {
 		return err
 	}
-	st.Strategy.Groups = []zcore.GroupState{{Master: f.master, Optim: zcore.OptimState{Name: f.name, Steps: f.steps, State: f.optim}}}
+	st.Strategy.Groups = []zcore.GroupState{{Master: f.master, Optim: zcore.OptimState{Name: f.name, Steps: f.steps, State: f.optim, Resume: f.resume}}}
 	return nil
 }
 
@@ -619,7 +619,7 @@ func readOptim(v any, st *zero.State) error {
 		}
 		st.Strategy.Groups = append(st.Strategy.Groups, gs)
 	}
-	return nil
+	return readResume(v, clientKey+".optim_resume", st.Strategy.Groups)
 }
 
 func dirExists(p string) bool {

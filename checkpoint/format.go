@@ -75,7 +75,7 @@ func torchState(o zcore.OptimState, lo, hi int, shape []int64) *ptfile.Dict {
 func paramGroup(o zcore.OptimState, n int) *ptfile.Dict {
 	d := ptfile.NewDict()
 	for _, k := range []string{"lr", "betas", "eps", "weight_decay", "amsgrad", "foreach", "maximize", "capturable", "differentiable", "fused",
-		"momentum", "dampening", "nesterov", "lr_decay", "initial_accumulator_value", "bias_correction", "max_grad_norm", "max_coeff", "min_coeff"} {
+		"momentum", "dampening", "nesterov", "lr_decay", "initial_accumulator_value", "bias_correction", "max_grad_norm", "max_coeff", "min_coeff", "step"} {
 		if v, ok := o.Group[k]; ok {
 			d.Set(k, pyValue(v))
 		}
@@ -220,7 +220,13 @@ func modelStates(e *zero.Engine, st zero.State, l *model.Layout, work []float32,
 	d.Set("mp_world_size", int64(1))
 	d.Set("ds_config", dsConfig)
 	d.Set("ds_version", DSVersion)
-	d.Set("dszero", clientState(st, master16))
+	cs := clientState(st, master16)
+	if stage == 0 && !partitionedStage0(stage, dtype) {
+		if r := resumeList(st.Strategy.Groups); r != nil {
+			cs.Set("optim_resume", r)
+		}
+	}
+	d.Set(clientKey, cs)
 	return d
 }
 
@@ -230,7 +236,7 @@ func optimStates(e *zero.Engine, st zero.State, l *model.Layout, dsConfig any) *
 	plan := e.Plan()
 	ss := st.Strategy
 	if partitionedStage0(ss.Stage, plan.Precision.DType) {
-		return dict("optimizer_state_dict", bf16OptimizerState(ss, l, plan.GradientClipping), "ds_config", dsConfig, "ds_version", DSVersion)
+		return withResume(dict("optimizer_state_dict", bf16OptimizerState(ss, l, plan.GradientClipping), "ds_config", dsConfig, "ds_version", DSVersion), ss.Groups)
 	}
 	common := func(d *ptfile.Dict) {
 		d.Set("loss_scaler", lossScaler(st))
@@ -257,7 +263,68 @@ func optimStates(e *zero.Engine, st zero.State, l *model.Layout, dsConfig any) *
 		g := ss.Groups[0]
 		partitionState(osd, g, 0, len(g.Master), l, ss, plan.GradientClipping, plan.Zero.RoundRobinGradients, enum)
 	}
-	return dict("optimizer_state_dict", osd, "ds_config", dsConfig, "ds_version", DSVersion)
+	return withResume(dict("optimizer_state_dict", osd, "ds_config", dsConfig, "ds_version", DSVersion), ss.Groups)
+}
+
+// withResume adds the groups' optimizer resume state (zcore.OptimState's
+// Resume), if any, as dszero's client state "dszero.optim_resume": one
+// list of floats (or None) per group.
+func withResume(d *ptfile.Dict, gs []zcore.GroupState) *ptfile.Dict {
+	if r := resumeList(gs); r != nil {
+		d.Set(clientKey, dict("optim_resume", r))
+	}
+	return d
+}
+
+func resumeList(gs []zcore.GroupState) ptfile.List {
+	var out ptfile.List
+	some := false
+	for _, g := range gs {
+		if g.Optim.Resume == nil {
+			out = append(out, nil)
+			continue
+		}
+		l := make(ptfile.List, len(g.Optim.Resume))
+		for i, x := range g.Optim.Resume {
+			l[i] = x
+		}
+		out, some = append(out, l), true
+	}
+	if !some {
+		return nil
+	}
+	return out
+}
+
+// readResume reads the groups' resume state from path (a list per group)
+// when the file has it.
+func readResume(v any, path string, gs []zcore.GroupState) error {
+	x, err := ptfile.Lookup(v, path)
+	if err != nil || x == nil {
+		return nil // none: a torch optimizer, or a checkpoint DeepSpeed wrote
+	}
+	l, ok := x.(ptfile.List)
+	if !ok || len(l) != len(gs) {
+		return fmt.Errorf("%s: want a list of %d groups, got %s", path, len(gs), ptfile.TypeName(x))
+	}
+	for g, e := range l {
+		if e == nil {
+			continue
+		}
+		vals, ok := e.(ptfile.List)
+		if !ok {
+			return fmt.Errorf("%s[%d] is %s", path, g, ptfile.TypeName(e))
+		}
+		gs[g].Optim.Resume = make([]float64, len(vals))
+		for i, x := range vals {
+			f, ok := x.(float64)
+			if !ok {
+				return fmt.Errorf("%s[%d][%d] is %s, not a float", path, g, i, ptfile.TypeName(x))
+			}
+			gs[g].Optim.Resume[i] = f
+		}
+	}
+	return nil
 }
 
 // bf16OptimizerState is DeepSpeed's BF16_Optimizer state at stage 0: the

@@ -25,6 +25,7 @@ type full struct {
 	optim  map[string][]float32
 	name   string // the optimizer
 	steps  int64
+	resume []float64 // rank 0's first group's: the same for every group (zcore.OptimState.Resume)
 }
 
 func reshard(path string, man manifest, e *zero.Engine, o Options, rank int) (zero.State, error) {
@@ -119,7 +120,7 @@ func gather(saved []zero.State, stage, world int, l *model.Layout) (full, error)
 	if len(g0) == 0 {
 		return full{}, fmt.Errorf("rank 0 saved no fp32 groups")
 	}
-	f := full{master: make([]float32, l.Numel), optim: map[string][]float32{}, name: g0[0].Optim.Name, steps: g0[0].Optim.Steps}
+	f := full{master: make([]float32, l.Numel), optim: map[string][]float32{}, name: g0[0].Optim.Name, steps: g0[0].Optim.Steps, resume: g0[0].Optim.Resume}
 	for n := range g0[0].Optim.State {
 		f.optim[n] = make([]float32, l.Numel)
 	}
@@ -195,7 +196,7 @@ func scatter(st *zcore.StrategyState, f full, stage, world, rank int, l *model.L
 		for name := range f.optim {
 			gs[i].Optim.State[name] = dsts[name][at : at+k]
 		}
-		gs[i].Optim.Steps = f.steps
+		gs[i].Optim.Steps, gs[i].Optim.Resume = f.steps, f.resume
 		at += k
 	}
 	return nil

@@ -40,11 +40,24 @@ type OptimState struct {
 	State map[string][]float32 // by torch name (exp_avg, ...); a tensor not created yet is absent
 	Names []string             // the optimizer's state names, in order
 	Group map[string]any       // the param group (lr, betas, ...), without "params"
+	// Resume is state outside torch's state dict that a bit-exact resume
+	// needs (resumer); nil when there is none.
+	Resume []float64
+}
+
+// resumer is an optimizer that keeps state outside the state dict which a
+// bit-exact resume needs (DeepSpeed Adam's running β products).
+type resumer interface {
+	ResumeState() []float64
+	SetResumeState(v []float64) error
 }
 
 // ExportOptim copies opt's state.
 func ExportOptim(opt optim.Optimizer) OptimState {
 	st := OptimState{Name: opt.Name(), Steps: opt.StepCount(), State: map[string][]float32{}, Names: opt.StateNames(), Group: opt.ParamGroup()}
+	if r, ok := opt.(resumer); ok {
+		st.Resume = r.ResumeState()
+	}
 	for _, n := range st.Names {
 		if v := opt.State(n); v != nil {
 			st.State[n] = append([]float32(nil), v...)
@@ -77,6 +90,9 @@ func ImportOptim(opt optim.Optimizer, st OptimState) error {
 		}
 	}
 	opt.SetStepCount(st.Steps)
+	if r, ok := opt.(resumer); ok && st.Resume != nil {
+		return r.SetResumeState(st.Resume)
+	}
 	return nil
 }
 

@@ -172,6 +172,34 @@ func (o *Adam) SetStepCount(n int64) {
 	o.powStale = true
 }
 
+// ResumeState is what DeepSpeed's Adam keeps outside its state dict: the
+// running β₁ᵗ and β₂ᵗ (float32 products, IncrementStep), the step they are
+// for and the betas. A freshly created DeepSpeed optimizer recomputes them
+// with pow(), which rounds differently, so DeepSpeed's own resume drifts
+// from the uninterrupted run in the last bits; carrying them in dszero's
+// checkpoints makes dszero's resume bit-exact. Nil for the torch flavours,
+// whose state dict is complete.
+func (o *Adam) ResumeState() []float64 {
+	if o.cfg.Flavor != DeepSpeedAdam || o.powStale || o.dsStep == 0 {
+		return nil
+	}
+	return []float64{float64(o.dsB1), float64(o.dsB2), float64(o.dsB1t), float64(o.dsB2t), float64(o.dsStep)}
+}
+
+// SetResumeState restores what ResumeState returned; call it after
+// SetStepCount.
+func (o *Adam) SetResumeState(v []float64) error {
+	if o.cfg.Flavor != DeepSpeedAdam {
+		return nil
+	}
+	if len(v) != 5 || v[4] != float64(o.steps) {
+		return fmt.Errorf("%s: the resume state %v is not for step %d", o.Name(), v, o.steps)
+	}
+	o.dsB1, o.dsB2, o.dsB1t, o.dsB2t = float32(v[0]), float32(v[1]), float32(v[2]), float32(v[3])
+	o.dsStep, o.powStale = o.steps, false
+	return nil
+}
+
 // StepIsTensor tells whether the state dict stores "step" as a float32
 // scalar tensor (torch.optim 1.12+) or as a Python int (DeepSpeed's Adam).
 func (o *Adam) StepIsTensor() bool { return o.cfg.Flavor != DeepSpeedAdam }
