@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"os"
 	"strings"
 	"time"
 
@@ -115,13 +116,19 @@ type Report struct {
 	// WeightsFile is the reference file the final weights were compared
 	// with (the run's own, or the one final_fp32_identical_to names).
 	WeightsFile string `json:"weights_file,omitempty"`
-	// Checkpoint and Resume are the checkpoint layout and the resume from
-	// step 5: NotChecked for now.
-	Checkpoint string   `json:"checkpoint"`
-	Resume     string   `json:"resume"`
-	Notes      string   `json:"notes,omitempty"`
-	Warnings   []string `json:"warnings,omitempty"`
-	Seconds    float64  `json:"seconds"`
+	// Checkpoint is the layout check of dszero's checkpoint against the
+	// recorded one: "match: N files", "differs: …", "not recorded".
+	Checkpoint string `json:"checkpoint"`
+	// Resume is the resume check: dszero's own step-5 checkpoint
+	// ("bit-exact" or "differs") and, when the case holds DeepSpeed's,
+	// the run resumed from it, whose metrics are ResumeLoss (steps 6…,
+	// relative) and ResumeWeights (final weights).
+	Resume        string   `json:"resume"`
+	ResumeLoss    *Metric  `json:"resume_deepspeed_loss,omitempty"`
+	ResumeWeights *Metric  `json:"resume_deepspeed_weights,omitempty"`
+	Notes         string   `json:"notes,omitempty"`
+	Warnings      []string `json:"warnings,omitempty"`
+	Seconds       float64  `json:"seconds"`
 }
 
 // versions are the DeepSpeed releases whose semantics dszero reproduces.
@@ -193,7 +200,16 @@ func Run(c Case) (rep Report) {
 		return fail(err)
 	}
 	tol := c.Meta.Tolerances.or(Defaults(rep.DType))
-	got, err := a.train(plan, rep.Steps, v, init)
+	rec, recStep, err := c.record()
+	if err != nil {
+		return fail(err)
+	}
+	dir, err := os.MkdirTemp("", "dszero-conformance-")
+	if err != nil {
+		return fail(err)
+	}
+	defer os.RemoveAll(dir)
+	got, err := a.train(plan, rep.Steps, v, init, ckpt{dir: dir, saveAt: saveSteps(rep.Steps, recStep)})
 	if err != nil {
 		return fail(fmt.Errorf("dszero's run: %w", err))
 	}
@@ -201,24 +217,22 @@ func Run(c Case) (rep Report) {
 	compareSteps(&rep, c.Result.Steps, got, tol)
 
 	var problems []string
+	var want []float32
 	file, err := c.finalWeights()
 	if err == nil {
-		want := make([]float32, a.layout.Numel)
+		want = make([]float32, a.layout.Numel)
 		if err = model.ReadLayout(file, &a.layout, want); err == nil {
 			rep.WeightsFile = file
-			rep.Weights = Metric{Tol: tol.WeightsAbs}
-			var d2, w2 float64
-			for i := range want {
-				rep.Weights.add(float64(got.Final[i]), float64(want[i]))
-				d := float64(got.Final[i]) - float64(want[i])
-				d2, w2 = d2+d*d, w2+float64(want[i])*float64(want[i])
-			}
-			rep.Weights.MaxRel = math.Sqrt(d2 / w2)
+			rep.Weights = weightMetric(got.Final, want, tol)
+		} else {
+			want = nil
 		}
 	}
 	if err != nil {
 		problems = append(problems, "final weights: "+err.Error())
 	}
+	problems = append(problems, checkLayout(&rep, rec, recStep, dir)...)
+	problems = append(problems, a.checkResume(&rep, &c, plan, v, init, dir, got, want, tol)...)
 	for _, m := range []struct {
 		name string
 		m    Metric

@@ -2,6 +2,7 @@ package conformance
 
 import (
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 )
@@ -29,6 +30,30 @@ func TestReferenceCases(t *testing.T) {
 			}
 		})
 	}
+	// Every recorded checkpoint layout and every DeepSpeed step-5
+	// checkpoint shipped was checked, not skipped.
+	layouts, _ := filepath.Glob("testdata/deepspeed-0.14.5-cpu/*/*/" + CheckpointRecordFile)
+	dsCkpts, _ := filepath.Glob("testdata/deepspeed-0.14.5-cpu/*/*/" + DeepSpeedCheckpoint + "/global_step5")
+	var matched, resumed, exact, results int
+	for _, r := range reps {
+		if r.Status != NoResult {
+			results++
+		}
+		if strings.HasPrefix(r.Checkpoint, "match") {
+			matched++
+		}
+		if r.ResumeLoss != nil && r.ResumeWeights != nil {
+			resumed++
+		}
+		if strings.HasPrefix(r.Resume, "bit-exact") {
+			exact++
+		}
+	}
+	if matched != len(layouts) || resumed != len(dsCkpts) || exact != results {
+		t.Errorf("%d of %d checkpoint layouts matched, %d of %d DeepSpeed checkpoints resumed, %d of %d cases resumed bit-exact",
+			matched, len(layouts), resumed, len(dsCkpts), exact, results)
+	}
+	t.Logf("%d checkpoint layouts match DeepSpeed's; %d DeepSpeed step-5 checkpoints resumed; %d cases resume bit-exact", matched, resumed, exact)
 	var b strings.Builder
 	if err := WriteTable(&b, reps); err != nil {
 		t.Fatal(err)

@@ -19,6 +19,9 @@
 //	<root>/<model>/<run>/result.json     the recorded run (below)
 //	<root>/<model>/<run>/final_fp32.safetensors   the final fp32 weights (optional, below)
 //	<root>/<model>/<run>/case.json       optional: tolerances, notes, paths (below)
+//	<root>/<model>/<run>/checkpoint.json optional: the structure of DeepSpeed's last
+//	                                     checkpoint (checkpoint.Record)
+//	<root>/<model>/<run>/ckpt/global_step5/  optional: DeepSpeed's own step-5 checkpoint
 //
 // Any directory holding a result.json is a case; its name is its path below
 // the root given to Find (e.g. "gpt/z3_bf16"). ckpt/ directories are not
@@ -86,7 +89,26 @@
 // gradient norms 5e-3 relative, weights 5e-3 absolute. A case passes when
 // every comparison is within its tolerance.
 //
-// The checkpoint layout (checkpoint.json) and the resume from step 5
-// (resume_from_step5) are recorded as "not checked" in each Report for
-// now.
+// # Checkpoints and resume
+//
+// dszero's run of a case saves a checkpoint after step 5 and after the
+// step checkpoint.json describes (DeepSpeed's described_tag). Then:
+//
+//   - checkpoint: the described checkpoint must have every file DeepSpeed
+//     wrote, with the same keys, types, dtypes and shapes, and no file
+//     DeepSpeed did not write (dszero's manifests aside). Keys DeepSpeed's
+//     engine does not write at the top of a model-states file are the
+//     recording run's client state and are not compared; DeepSpeed's copy
+//     of zero_to_fp32.py is the one file dszero does not write (`dszero
+//     export` does its work). "not recorded" without a checkpoint.json.
+//   - resume: a second run loads dszero's step-5 checkpoint and trains to
+//     the last step; losses, gradient norms, lr and final weights must
+//     equal the uninterrupted run's bit for bit ("bit-exact"). When the
+//     case holds DeepSpeed's own ckpt/global_step5, a third run resumes
+//     from it, and its steps 6… and final weights are held to the case's
+//     tolerances against the reference (Report.ResumeLoss,
+//     Report.ResumeWeights). result.json's resume_from_step5 says whether
+//     DeepSpeed recorded its own resume; the column notes when it did not.
+//
+// A difference in either fails the case.
 package conformance

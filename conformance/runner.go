@@ -4,9 +4,11 @@ import (
 	"context"
 	"fmt"
 	"path/filepath"
+	"slices"
 	"time"
 
 	"github.com/dszero/dszero/blas"
+	"github.com/dszero/dszero/checkpoint"
 	"github.com/dszero/dszero/comm"
 	"github.com/dszero/dszero/comm/inproc"
 	"github.com/dszero/dszero/dsconfig"
@@ -18,13 +20,23 @@ import (
 	"github.com/dszero/dszero/zero"
 )
 
-// trained is what dszero's run of a case produced.
+// trained is what dszero's run of a case produced, from step From+1 on.
 type trained struct {
-	Micro [][][]float32    // [step][rank][micro]
+	From  int              // the steps before the run (those of the checkpoint it resumed)
+	Micro [][][]float32    // [step-From][rank][micro]
 	Loss  []float64        // per step: the mean over ranks and micro-steps, summed in micro-batch order
 	Stats []zero.StepStats // rank 0's
 	Final []float32        // the full fp32 master parameters after the last step
 	Warns []string
+}
+
+// ckpt says what a run saves and what it resumes from.
+type ckpt struct {
+	dir    string // where it saves (checkpoint.Save's dir)
+	saveAt []int  // the global steps after which it saves, tag global_step{N}
+	// loadDir/loadTag is the checkpoint it starts from ("": the initial
+	// weights); training goes on from its global step.
+	loadDir, loadTag string
 }
 
 // network is one rank's model, bound to the engine's buffers.
@@ -39,7 +51,7 @@ type network interface {
 // steps. Step s, micro-step m of rank r reads micro-batch mb = m·world + r:
 // samples s·G + mb·B … + B−1 (mod the number of samples), G = B·GAS·world
 // — the harness's layout.
-func (a *arch) train(plan dsconfig.Plan, steps int, v zero.Version, init []float32) (trained, error) {
+func (a *arch) train(plan dsconfig.Plan, steps int, v zero.Version, init []float32, ck ckpt) (trained, error) {
 	world := plan.WorldSize
 	B, gas := int(plan.Batch.TrainMicroBatchSizePerGPU), int(plan.Batch.GradientAccumulationSteps)
 	G := B * gas * world
@@ -47,7 +59,13 @@ func (a *arch) train(plan dsconfig.Plan, steps int, v zero.Version, init []float
 	if err != nil {
 		return trained{}, err
 	}
-	out := trained{Micro: make([][][]float32, steps), Final: make([]float32, a.layout.Numel)}
+	from := 0
+	if ck.loadTag != "" {
+		if _, err := fmt.Sscanf(ck.loadTag, "global_step%d", &from); err != nil || from < 0 || from >= steps {
+			return trained{}, fmt.Errorf("checkpoint tag %q: want global_step<N> with N below %d", ck.loadTag, steps)
+		}
+	}
+	out := trained{From: from, Micro: make([][][]float32, steps-from), Final: make([]float32, a.layout.Numel)}
 	for s := range out.Micro {
 		out.Micro[s] = make([][]float32, world)
 		for r := range out.Micro[s] {
@@ -75,6 +93,15 @@ func (a *arch) train(plan dsconfig.Plan, steps int, v zero.Version, init []float
 			return err
 		}
 		defer eng.Close()
+		co := checkpoint.Options{Layout: &layout, Comm: c}
+		if ck.loadTag != "" {
+			if err := checkpoint.Load(ck.loadDir, ck.loadTag, eng, co); err != nil {
+				return err
+			}
+			if got := eng.GlobalSteps(); got != int64(from) {
+				return fmt.Errorf("checkpoint %s/%s: global_steps %d, want %d", ck.loadDir, ck.loadTag, got, from)
+			}
+		}
 		net, forward, err := a.rankModel(eng, acct, gemm, B)
 		if err != nil {
 			return err
@@ -83,7 +110,7 @@ func (a *arch) train(plan dsconfig.Plan, steps int, v zero.Version, init []float
 		if err := net.Bind(eng.ModelBuffers()); err != nil {
 			return err
 		}
-		for s := 0; s < steps; s++ {
+		for s := from; s < steps; s++ {
 			if eng.OverwriteGrads() {
 				net.OverwriteGrads()
 			}
@@ -93,7 +120,7 @@ func (a *arch) train(plan dsconfig.Plan, steps int, v zero.Version, init []float
 				if err != nil {
 					return fmt.Errorf("step %d, micro-step %d: %w", s+1, m, err)
 				}
-				out.Micro[s][r][m] = loss
+				out.Micro[s-from][r][m] = loss
 				if err := net.Backward(eng.GradScale()); err != nil {
 					return fmt.Errorf("step %d, micro-step %d: %w", s+1, m, err)
 				}
@@ -104,6 +131,11 @@ func (a *arch) train(plan dsconfig.Plan, steps int, v zero.Version, init []float
 			}
 			if r == 0 {
 				out.Stats = append(out.Stats, st)
+			}
+			if slices.Contains(ck.saveAt, s+1) {
+				if err := checkpoint.Save(ck.dir, "", eng, co); err != nil {
+					return fmt.Errorf("step %d: %w", s+1, err)
+				}
 			}
 		}
 		full := make([]float32, a.layout.Numel)
