@@ -196,7 +196,20 @@ func TestRules(t *testing.T) {
 			diags: []wantDiag{{Error, "communication_data_type", []string{`did you mean "bf16"?`}}}},
 		{name: "reduce_scatter with prescale at stage 2", src: `{` + batchOK + ` "optimizer": {"type": "Adam"}, "prescale_gradients": true, "zero_optimization": {"stage": 2}}`, reject: true},
 		{name: "odd allgather bucket", src: `{` + batchOK + ` "optimizer": {"type": "Adam"}, "zero_optimization": {"stage": 1, "allgather_bucket_size": 5}}`, reject: true},
-		{name: "partial offload below stage 3", src: `{` + batchOK + ` "optimizer": {"type": "Adam"}, "zero_optimization": {"stage": 2, "offload_optimizer": {"device": "cpu", "ratio": 0.5}}}`, reject: true},
+		{name: "partial offload below stage 3", src: `{` + batchOK + ` "optimizer": {"type": "Adam"}, "zero_optimization": {"stage": 2, "offload_optimizer": {"device": "cpu", "ratio": 0.5}}}`, reject: true,
+			diags: []wantDiag{{Error, "zero_optimization.offload_optimizer.ratio", []string{"ratio 0.5", "stage 3"}}}},
+		{name: "partial offload ratio above 1", src: `{` + batchOK + ` "optimizer": {"type": "Adam"}, "zero_optimization": {"stage": 3, "offload_optimizer": {"device": "cpu", "ratio": 1.5}}}`, reject: true,
+			diags: []wantDiag{{Error, "zero_optimization.offload_optimizer.ratio", []string{"between 0 and 1", "1.5"}}}},
+		{name: "partial offload ratio below 0", src: `{` + batchOK + ` "optimizer": {"type": "Adam"}, "zero_optimization": {"stage": 3, "offload_optimizer": {"device": "cpu", "ratio": -0.1}}}`, reject: true,
+			diags: []wantDiag{{Error, "zero_optimization.offload_optimizer.ratio", []string{"between 0 and 1"}}}},
+		{name: "partial offload ratio not a number", src: `{` + batchOK + ` "optimizer": {"type": "Adam"}, "zero_optimization": {"stage": 3, "offload_optimizer": {"device": "cpu", "ratio": "half"}}}`, reject: true,
+			diags: []wantDiag{{Error, "zero_optimization.offload_optimizer.ratio", nil}}},
+		{name: "partial offload at stage 3", src: `{` + batchOK + ` "optimizer": {"type": "Adam"}, "zero_optimization": {"stage": 3, "offload_optimizer": {"device": "cpu", "ratio": 0.5}}}`,
+			check: func(t *testing.T, p Plan) {
+				if o := p.Zero.OffloadOptimizer; o.Ratio != 0.5 || o.Device != OffloadCPU || p.Optimizer.Impl != "DeepSpeedCPUAdam" {
+					t.Errorf("offload_optimizer %+v, optimizer %s", o, p.Optimizer.Impl)
+				}
+			}},
 		{name: "overlap_comm defaults to stage 3", src: `{` + batchOK + ` "zero_optimization": {"stage": 3}}`,
 			check: func(t *testing.T, p Plan) {
 				if !p.Zero.OverlapComm {

@@ -59,7 +59,11 @@
 //
 // offload_optimizer cpu moves master and optimizer state (and the
 // gradient partition at stages 2–3) to pinned host memory; nvme moves
-// them to NVMe at stage 3 only, as DeepSpeed does. offload_param moves
+// them to NVMe at stage 3 only, as DeepSpeed does; with
+// offload_optimizer.ratio < 1 (stage 3, cpu) the sub-groups the ratio does
+// not offload keep all three on the device (partition.OffloadOrder: the
+// rule of DeepSpeed 0.19.5 unless Input.OffloadOrder says 0.14.5's).
+// offload_param moves
 // stage 3's working partitions, except those of persistent parameters.
 //
 // # Buffers

@@ -33,6 +33,10 @@ type Input struct {
 	// Checkpoint and CPUCheckpoint are the run's activation checkpointing
 	// (what the total counts; both variants are reported).
 	Checkpoint, CPUCheckpoint bool
+	// OffloadOrder is the DeepSpeed release's rule for which sub-groups
+	// offload_optimizer.ratio < 1 offloads; the zero value is 0.19.5's
+	// (dszero's default release).
+	OffloadOrder partition.OffloadOrder
 }
 
 // Report is an estimate: DeepSpeed's estimators and dszero's own.
@@ -131,7 +135,8 @@ func dszero(in Input, params []partition.Param, total int64) (*Estimate, error) 
 		persist, _, _ = Persistent(params, z.ParamPersistenceThreshold, z.ModelPersistenceThreshold)
 	}
 	st := states{params: params, world: n, bytes: 4, half: p.Precision.DType != "fp32", nStates: nStates,
-		optDev: z.OffloadOptimizer.Device, parDev: z.OffloadParam.Device, persist: persist}
+		optDev: z.OffloadOptimizer.Device, parDev: z.OffloadParam.Device, persist: persist,
+		subGroupSize: int(z.SubGroupSize), ratio: z.OffloadOptimizer.Ratio, order: in.OffloadOrder}
 	bi := bufferInputs{layout: in.Layout, params: params, total: total, world: n, zero: z, persist: persist, bytes: 4}
 	for s := range e.Stages {
 		row := st.modelStates(s)

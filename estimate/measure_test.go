@@ -2,6 +2,7 @@ package estimate
 
 import (
 	"fmt"
+	"slices"
 	"testing"
 
 	"github.com/dszero/dszero/blas"
@@ -139,5 +140,69 @@ func TestEstimateMeasured(t *testing.T) {
 				})
 			}
 		}
+	}
+}
+
+// TestEstimateMeasuredPartialOffload trains the tiny GPT at stage 3 on 2
+// ranks with offload_optimizer cpu, sub-groups of 20,000 elements and
+// ratios 0, 0.5 and 1, and compares each rank's peak bytes of master,
+// gradients and optimizer state in each tier with the estimate's lines:
+// exactly, the sub-groups kept on the device included.
+func TestEstimateMeasuredPartialOffload(t *testing.T) {
+	cfg, _ := gpt.Preset("tiny")
+	layout := cfg.Layout()
+	gemm, err := blas.New(blas.Options{Backend: blas.Gonum})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const B, T, world = 2, 16, 2
+	for _, ratio := range []float64{0, 0.5, 1} {
+		t.Run(fmt.Sprint(ratio), func(t *testing.T) {
+			js := fmt.Sprintf(`{"train_micro_batch_size_per_gpu": %d, "optimizer": {"type": "AdamW", "params": {"lr": 1e-3}},
+  "zero_optimization": {"stage": 3, "sub_group_size": 20000, "offload_optimizer": {"device": "cpu", "ratio": %g}}}`, B, ratio)
+			plan, err := dsconfig.Load(js, dsconfig.Options{WorldSize: world})
+			if err != nil {
+				t.Fatal(err)
+			}
+			r, err := Compute(Input{Model: "tiny", Layout: &layout, Hardware: Hardware{GPUsPerNode: world, Nodes: 1, BufferFactor: 1.5},
+				Plan: &plan, GPT: &cfg, SeqLen: T})
+			if err != nil {
+				t.Fatal(err)
+			}
+			states := []mem.Category{mem.MasterParams, mem.Grads, mem.OptimState}
+			want := map[string]int64{}
+			for _, l := range r.Dszero.Stages[3].States {
+				if slices.Contains(states, l.Category) && l.Bytes > 0 {
+					want[l.Category.String()+"/"+l.Tier.String()] += l.Bytes
+				}
+			}
+			loader, err := data.NewLoader(data.Random(cfg.Vocab, 1<<12, 1), data.Layout{B: B, T: T, GAS: 1, World: world})
+			if err != nil {
+				t.Fatal(err)
+			}
+			devs := make([]train.Device, world)
+			for i := range devs {
+				devs[i] = train.Device{Acct: mem.NewAccountant(i), Gemm: gemm}
+			}
+			if _, err := train.Run(train.Config{Plan: plan, Model: cfg, Seed: 1, Batches: loader, SeqLen: T, Steps: 1,
+				Devices: devs, Workers: 1}, func(train.Record) error { return nil }); err != nil {
+				t.Fatal(err)
+			}
+			for rank, d := range devs {
+				s := d.Acct.Snapshot()
+				got := map[string]int64{}
+				for _, c := range states {
+					for _, tr := range mem.Tiers() {
+						if v := s.PeakBytes(tr, c); v > 0 {
+							got[c.String()+"/"+tr.String()] = v
+						}
+					}
+				}
+				if d := cmp.Diff(want, got); d != "" {
+					t.Errorf("rank %d peak bytes (-estimate +measured)\n%s", rank, d)
+				}
+			}
+			t.Logf("ratio %g: %v", ratio, want)
+		})
 	}
 }

@@ -124,6 +124,30 @@ type states struct {
 	optDev  dsconfig.OffloadDevice
 	parDev  dsconfig.OffloadDevice
 	persist []bool // stage 3: parameters that stay gathered (their partitions stay on the device)
+	// Stage 3's partial optimizer offload (offload_optimizer.ratio < 1
+	// with device cpu): its sub-groups of subGroupSize, the ratio and the
+	// release's rule.
+	subGroupSize int
+	ratio        float64
+	order        partition.OffloadOrder
+}
+
+// keptOnDevice is, at stage 3 with partial optimizer offload, how many of
+// the rank's elements of master, gradient and optimizer state stay on the
+// device: those of the sub-groups the ratio does not offload.
+func (s states) keptOnDevice() int64 {
+	if s.optDev != dsconfig.OffloadCPU || s.ratio >= 1 {
+		return 0
+	}
+	lay := partition.Stage3(s.params, s.world, s.subGroupSize)
+	lo, hi := s.order.HostSubGroups(len(lay.SubGroups), s.ratio)
+	var n int64
+	for g := range lay.SubGroups {
+		if g < lo || g >= hi {
+			n += int64(lay.SubGroupNumel(g))
+		}
+	}
+	return n
 }
 
 func offloadTier(d dsconfig.OffloadDevice) mem.Tier {
@@ -202,9 +226,20 @@ func (s states) modelStates(stage int) Stage {
 		if off > 0 {
 			out = append(out, line("working parameter partitions (offloaded)", mem.Params16, par, off))
 		}
-		out = append(out, line("fp32 gradient partitions", mem.Grads, gradTier, rank))
-		out = append(out, line("fp32 master partitions", mem.MasterParams, opt, rank))
-		out = append(out, line(fmt.Sprintf("optimizer state partitions (%d fp32 tensors)", s.nStates), mem.OptimState, opt, int64(s.nStates)*rank))
+		// Partial offload keeps some sub-groups' master, gradients and
+		// state on the device (their own lines).
+		kept := s.keptOnDevice()
+		if off := rank - kept; off > 0 || kept == 0 {
+			out = append(out, line("fp32 gradient partitions", mem.Grads, gradTier, off))
+			out = append(out, line("fp32 master partitions", mem.MasterParams, opt, off))
+			out = append(out, line(fmt.Sprintf("optimizer state partitions (%d fp32 tensors)", s.nStates), mem.OptimState, opt, int64(s.nStates)*off))
+		}
+		if kept > 0 {
+			const dev = " (sub-groups kept on the device: offload_optimizer.ratio)"
+			out = append(out, line("fp32 gradient partitions"+dev, mem.Grads, mem.Device, kept))
+			out = append(out, line("fp32 master partitions"+dev, mem.MasterParams, mem.Device, kept))
+			out = append(out, line(fmt.Sprintf("optimizer state partitions (%d fp32 tensors)", s.nStates)+dev, mem.OptimState, mem.Device, int64(s.nStates)*kept))
+		}
 	default:
 		panic(fmt.Sprintf("estimate: no ZeRO stage %d", stage))
 	}

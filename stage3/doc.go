@@ -67,10 +67,14 @@
 //
 // Offload. OptimizerTier and ParamTier put the master, gradient and
 // optimizer-state partitions, and the parameter partitions, in the pinned
-// host tier (offload cpu). With Swap and ParamSwap they rest in swap
-// files (offload nvme, package nvme): a sub-group's master and optimizer
-// state are read in for its step and written back, a parameter partition
-// is read straight into its unit's all-gather and written after the step.
+// host tier (offload cpu); with Partial (offload_optimizer.ratio < 1) only
+// some sub-groups' master, gradient and optimizer state go there, the
+// others stay on the device with an optimizer of their own (DeepSpeed's
+// backup torch AdamW; see PartialOffload). With Swap and ParamSwap they
+// rest in swap files (offload nvme, package nvme): a sub-group's master
+// and optimizer state are read in for its step and written back, a
+// parameter partition is read straight into its unit's all-gather and
+// written after the step.
 //
 // The step, per DeepSpeedZeroOptimizer_Stage3.step: the overflow check
 // (fp16); per sub-group the float64 norms of its parameters' gradient

@@ -57,6 +57,11 @@ type Config struct {
 	// The optimizer's own state is allocated by NewOptimizer, which the
 	// engine builds for the same tier.
 	OptimizerTier mem.Tier
+	// Partial, for partial optimizer offload (offload_optimizer.ratio < 1
+	// with OptimizerTier the pinned host), keeps some sub-groups' master,
+	// gradient partition and optimizer state on the device instead, with
+	// an optimizer of their own (see PartialOffload). Nil: none.
+	Partial *PartialOffload
 	// ParamTier is where the rank's parameter partitions live between
 	// gathers: mem.Device, or mem.PinnedHost with offload_param cpu. The
 	// partitions of persistent parameters stay on the device, as in
@@ -102,6 +107,7 @@ type Strategy struct {
 	master []float32 // rank-local fp32 master partitions (mem.MasterParams)
 	grad   []float32 // rank-local averaged gradient partitions (mem.Grads)
 	opts   []optim.Optimizer
+	place  placement // the tier of each sub-group's master, gradients and optimizer state
 
 	full  *zcore.Pages // the parameters the model binds; resident where gathered
 	grads *zcore.Pages // the gradients the model binds; resident where live
@@ -148,6 +154,12 @@ func New(o zcore.Options, c Config) (_ *Strategy, err error) {
 		ps[i] = partition.Param{Name: sp.Name, Numel: sp.Numel}
 	}
 	s.lay = partition.Stage3(ps, s.world, c.SubGroupSize)
+	if c.Partial != nil && c.Swap != nil {
+		return nil, errors.New("stage 3: partial optimizer offload and NVMe optimizer swap together")
+	}
+	if s.place, err = place(s.lay, c); err != nil {
+		return nil, err
+	}
 	s.groups = Groups(s.l, c.Wrap)
 	s.persist = Persistent(s.l, c.ParamPersistenceThreshold, c.ModelPersistenceThreshold)
 	s.groupOf = make([]int, len(s.l.Units))
@@ -201,7 +213,7 @@ func New(o zcore.Options, c Config) (_ *Strategy, err error) {
 	if o.Round != nil {
 		o.Round(s.work)
 	}
-	if s.grad, err = o.Acct.F32(mem.Grads, c.OptimizerTier, n); err != nil {
+	if s.grad, err = s.allocSide(mem.Grads); err != nil {
 		return nil, fmt.Errorf("stage 3: gradient partitions (%d elements): %w", n, err)
 	}
 	if c.Swap != nil {
@@ -209,12 +221,12 @@ func New(o zcore.Options, c Config) (_ *Strategy, err error) {
 			return nil, err
 		}
 	} else {
-		if s.master, err = o.Acct.F32(mem.MasterParams, c.OptimizerTier, n); err != nil {
+		if s.master, err = s.allocSide(mem.MasterParams); err != nil {
 			return nil, fmt.Errorf("stage 3: fp32 master partitions (%d elements): %w", n, err)
 		}
 		copy(s.master, s.work)
 		for g := range s.lay.SubGroups {
-			opt, err := o.NewOptimizer(s.lay.SubGroupNumel(g))
+			opt, err := s.newSubGroupOptimizer(g)
 			if err != nil {
 				return nil, err
 			}
@@ -342,11 +354,16 @@ func (s *Strategy) MasterParams() (int, []float32) {
 	return 0, m
 }
 
-// Optimizer is the optimizer of the first sub-group (all of them share
-// their hyperparameters); Optimizers lists every sub-group's.
+// Optimizer is the optimizer of the first sub-group in OptimizerTier (all
+// of them share their hyperparameters; with partial offload the device
+// sub-groups' backup optimizers are another kind); Optimizers lists every
+// sub-group's.
 func (s *Strategy) Optimizer() optim.Optimizer {
-	if len(s.opts) == 0 {
+	switch {
+	case len(s.opts) == 0:
 		return nil // on NVMe between steps
+	case s.place.lo < s.place.hi:
+		return s.opts[s.place.lo]
 	}
 	return s.opts[0]
 }
@@ -442,7 +459,9 @@ func (s *Strategy) step(in zcore.StepInput) (zcore.StepResult, error) {
 			}
 		} else {
 			master = s.master[lo : lo+n]
-			in.SetHyperparams(s.opts[g])
+			if s.place.inOptimizerTier(g) {
+				in.SetHyperparams(s.opts[g]) // not DeepSpeed's backup AdamW of partial offload
+			}
 			s.opts[g].Step(master, grad)
 		}
 		work := s.work[lo : lo+n]
@@ -557,7 +576,7 @@ func (s *Strategy) Close() {
 		p *[]float32
 	}{{mem.MasterParams, &s.master}, {mem.Grads, &s.grad}} {
 		if *b.p != nil {
-			s.o.Acct.FreeF32(b.c, s.c.OptimizerTier, *b.p)
+			s.freeSide(b.c)
 			*b.p = nil
 		}
 	}

@@ -52,8 +52,18 @@
 // model's dtype). Stage 3 offloads to the pinned host and NVMe and runs on
 // groups of ranks (MiCS, ZeRO++ hpZ; see package stage3).
 //
+// Partial optimizer offload (offload_optimizer.ratio < 1, stage 3, device
+// cpu) runs as DeepSpeed does: of the rank's k sub-groups, the release's
+// rule (partition.OffloadOrder: the first int(ratio·k) in 0.14.5, the last
+// k − int((1−ratio)·k) from 0.18.0) keep master, gradient partition and
+// DeepSpeedCPUAdam state on the pinned host; the others keep them on the
+// device and are stepped by a backup torch.optim.AdamW with the optimizer
+// block's lr, betas, eps and weight_decay, which the scheduler never
+// updates (a warning says so when there is a scheduler).
+//
 // Not implemented, and refused or reported by name (CheckPlan): overlap of
 // the stage 1 reduction with backward (stage 2 overlaps; numbers are the
-// same either way), gradient_allreduce_op "sum", optimizer offload at
-// stages 1 and 2, partial offload (ratio).
+// same either way), gradient_allreduce_op "sum", NVMe offload at stages 1
+// and 2, partial offload with device nvme or with an optimizer other than
+// DeepSpeedCPUAdam (DeepSpeed asserts it).
 package zero

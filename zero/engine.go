@@ -18,6 +18,7 @@ import (
 	"github.com/dszero/dszero/zero/lossscale"
 	"github.com/dszero/dszero/zero/lrsched"
 	"github.com/dszero/dszero/zero/optim"
+	"github.com/dszero/dszero/zero/partition"
 )
 
 // Version selects the DeepSpeed release whose semantics are reproduced
@@ -161,6 +162,7 @@ func NewEngine(plan dsconfig.Plan, o Options) (*Engine, error) {
 // the ranks at the same place in the other groups.
 func newStage3(plan dsconfig.Plan, o Options, so StrategyOptions, c comm.Comm) (*stage3.Strategy, error) {
 	cfg := stage3Config(plan, o)
+	cfg.Partial = partialOffload(plan, o.Version, so.Acct, so.Pool)
 	if plan.Zero.OffloadOptimizer.Device == dsconfig.OffloadNVMe {
 		rank := c.Rank()
 		cfg.Swap = func(largest, total int64) (*nvme.Swapper, error) {
@@ -242,6 +244,33 @@ func optimizerTier(plan dsconfig.Plan) mem.Tier {
 	return mem.Device
 }
 
+// partialOffload is offload_optimizer.ratio below 1 at stage 3 (device
+// cpu; CheckPlan refuses the rest), as DeepSpeed's
+// DeepSpeedZeroOptimizer_Stage3 runs it: the sub-groups the release's rule
+// keeps on the device (partition.OffloadOrder) are stepped by a backup
+// torch.optim.AdamW built from the host optimizer's param group — lr,
+// betas, eps, weight_decay, amsgrad — that the scheduler never updates.
+// Nil without partial offload.
+func partialOffload(plan dsconfig.Plan, v Version, acct *mem.Accountant, pool *optim.Pool) *stage3.PartialOffload {
+	off := plan.Zero.OffloadOptimizer
+	if plan.Zero.Stage != 3 || off.Device != dsconfig.OffloadCPU || off.Ratio >= 1 {
+		return nil
+	}
+	order := partition.OffloadLast
+	if v == lrsched.DeepSpeed0145 {
+		order = partition.OffloadFirst
+	}
+	o := plan.Optimizer
+	return &stage3.PartialOffload{Ratio: off.Ratio, Order: order, NewOptimizer: func(n int) (optim.Optimizer, error) {
+		c := optim.DefaultAdamConfig(optim.TorchAdamW)
+		c.LR, c.Betas, c.Eps, c.WeightDecay, c.AMSGrad = o.LR, o.Betas, o.Eps, o.WeightDecay, o.AMSGrad
+		if err := c.Validate(); err != nil {
+			return nil, fmt.Errorf("zero_optimization.offload_optimizer.ratio: the backup torch.optim.AdamW: %w", err)
+		}
+		return optim.NewAdam(c, n, optim.Alloc{Acct: acct, Tier: mem.Device}, pool)
+	}}
+}
+
 // stage3Config is stage 3's part of the plan (and of FSDP's knobs).
 func stage3Config(plan dsconfig.Plan, o Options) stage3.Config {
 	z := plan.Zero
@@ -298,8 +327,13 @@ func CheckPlan(plan dsconfig.Plan) (warns []string, err error) {
 	case z.Stage == 0 || off.Device == dsconfig.OffloadNone:
 	case z.Stage < 3 && off.Device == dsconfig.OffloadNVMe:
 		refuse(`zero_optimization.offload_optimizer.device "nvme" at stage %d: DeepSpeed offloads to NVMe at stage 3 only (ZeRO-Infinity); use "cpu", or stage 3`, z.Stage)
-	case off.Ratio != 1:
-		refuse("zero_optimization.offload_optimizer.ratio %g: partial optimizer offload is not implemented yet; set it to 1 or remove it", off.Ratio)
+	case off.Ratio == 1:
+	case z.Stage < 3:
+		refuse("zero_optimization.offload_optimizer.ratio %g: partial optimizer offload is ZeRO stage 3's; use stage 3, or set the ratio to 1", off.Ratio)
+	case off.Device == dsconfig.OffloadNVMe:
+		refuse(`zero_optimization.offload_optimizer.ratio %g with device "nvme": DeepSpeed keeps every swappable sub-group on NVMe whatever the ratio and steps the ratio's device share with a torch AdamW whose state it never swaps; dszero does not run that mix: use device "cpu" for partial offload, or set the ratio to 1`, off.Ratio)
+	case plan.Optimizer.Impl != "DeepSpeedCPUAdam":
+		refuse(`zero_optimization.offload_optimizer.ratio %g with optimizer %s: DeepSpeed's partial offload asserts "Hybrid Optimizer Only Supports DeepSpeedCPUAdam"; use an Adam or AdamW optimizer block without torch_adam (with zero_force_ds_cpu_optimizer true), or set the ratio to 1`, off.Ratio, plan.Optimizer.Impl)
 	}
 	if world > 1 && plan.GradientAllreduceOp == "sum" {
 		refuse(`gradient_allreduce_op "sum": summed (not averaged) gradients are not implemented yet; use "mean"`)
@@ -309,6 +343,9 @@ func CheckPlan(plan dsconfig.Plan) (warns []string, err error) {
 	}
 	if z.Stage == 3 && z.MiCSShardSize > 0 && z.MiCSHierarchicalParamsGather {
 		warns = append(warns, "zero_optimization.mics_hierarchical_params_gather: dszero gathers a unit within its shard group in one step, not in two hops (the numbers are the same)")
+	}
+	if off := z.OffloadOptimizer; z.Stage == 3 && off.Device == dsconfig.OffloadCPU && off.Ratio < 1 && plan.Scheduler.Type != "" {
+		warns = append(warns, fmt.Sprintf("zero_optimization.offload_optimizer.ratio %g: the sub-groups kept on the device are stepped by DeepSpeed's backup torch.optim.AdamW at the optimizer block's lr and betas; the scheduler %s does not reach them (DeepSpeed does the same)", off.Ratio, plan.Scheduler.Type))
 	}
 	if z.Stage == 1 && z.OverlapComm {
 		warns = append(warns, "zero_optimization.overlap_comm: stage 1 reduces the gradients after the step's last backward, without overlap (the numbers are the same)")

@@ -62,7 +62,7 @@ var modelStateCats = []mem.Category{mem.Params16, mem.MasterParams, mem.Grads, m
 func runBench(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("dszero bench", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	cfgPath := fs.String("deepspeed", "", "base ds_config (default: AdamW, fp32); its zero_optimization stage and offload are set per variant")
+	cfgPath := fs.String("deepspeed", "", "base ds_config (default: AdamW, fp32); its zero_optimization stage and offload are set per variant (its offload_optimizer.ratio is kept at stage 3 with cpu)")
 	stagesArg := fs.String("stages", "0,1,2,3", "ZeRO stages to run")
 	offloadArg := fs.String("offload", "none", "offload devices to run at each stage that has them: none, cpu, nvme (comma-separated)")
 	nproc := fs.Int("nproc", 2, "in-process ranks")
@@ -201,11 +201,19 @@ func benchOne(base map[string]any, stage int, off, nvmeDir string, nproc, micro,
 		}
 		zo["stage"] = stage
 	}
+	// offload_optimizer.ratio (partial offload, stage 3 only) is kept from
+	// the base config in the stage 3 cpu variant.
+	oo, _ := zo["offload_optimizer"].(map[string]any)
+	ratio, hasRatio := oo["ratio"].(float64)
 	delete(zo, "offload_optimizer")
 	delete(zo, "offload_param")
 	switch off {
 	case "cpu":
 		zo["offload_optimizer"] = map[string]any{"device": "cpu"}
+		if hasRatio && stage == 3 && ratio != 1 {
+			zo["offload_optimizer"] = map[string]any{"device": "cpu", "ratio": ratio}
+			row.Variant += fmt.Sprintf(" r%g", ratio)
+		}
 	case "nvme":
 		zo["offload_optimizer"] = map[string]any{"device": "nvme", "nvme_path": nvmeDir}
 		zo["offload_param"] = map[string]any{"device": "nvme", "nvme_path": nvmeDir}

@@ -91,3 +91,35 @@ func TestBenchMatchesDeepSpeedStates(t *testing.T) {
 		}
 	}
 }
+
+// TestBenchPartialOffload: a --deepspeed config's offload_optimizer.ratio
+// is kept in the stage 3 cpu variant, whose master, gradients and
+// optimizer state are then split between the device and the pinned host,
+// and whose model states still equal the estimate.
+func TestBenchPartialOffload(t *testing.T) {
+	dir := t.TempDir()
+	cfg, out := filepath.Join(dir, "ds.json"), filepath.Join(dir, "b.json")
+	os.WriteFile(cfg, []byte(`{"optimizer": {"type": "AdamW", "params": {"lr": 1e-4}},
+  "zero_optimization": {"sub_group_size": 20000, "offload_optimizer": {"device": "cpu", "ratio": 0.5}}}`), 0o644)
+	if code, o, e := runCLI("bench", "--model", "tiny", "--nproc", "2", "--seq", "16", "--steps", "2", "--stages", "3", "--offload", "cpu",
+		"--deepspeed", cfg, "--json", out); code != 0 {
+		t.Fatalf("exit %d\n%s%s", code, o, e)
+	}
+	raw, _ := os.ReadFile(out)
+	var rep benchReport
+	if err := json.Unmarshal(raw, &rep); err != nil {
+		t.Fatal(err)
+	}
+	if len(rep.Variants) != 1 {
+		t.Fatalf("%d variants", len(rep.Variants))
+	}
+	v := rep.Variants[0]
+	if v.Variant != "stage 3 + offload cpu r0.5" || v.Status != "ok" || v.Ratio != 1 {
+		t.Errorf("%s: %s, model states %d bytes, estimate %d", v.Variant, v.Status, v.ModelStates, v.Estimate)
+	}
+	for _, c := range []string{"master_params", "grads", "optim_state"} {
+		if v.PeakBytes["device"][c] == 0 || v.PeakBytes["pinned_host"][c] == 0 {
+			t.Errorf("%s: %d bytes on the device, %d on the host: want both", c, v.PeakBytes["device"][c], v.PeakBytes["pinned_host"][c])
+		}
+	}
+}

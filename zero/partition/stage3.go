@@ -171,3 +171,52 @@ func mustNumel(n int) {
 		panic(fmt.Sprintf("partition: negative numel %d", n))
 	}
 }
+
+// OffloadOrder is which end of a rank's sub-groups partial optimizer
+// offload (zero_optimization.offload_optimizer.ratio, ZeRO-3) sends to the
+// host; DeepSpeed changed it in 0.18.0 (SuperOffload, #7559). The zero
+// value is the newer rule.
+type OffloadOrder int
+
+const (
+	// OffloadLast is DeepSpeed ≥ 0.18.0's _create_fp32_partitions:
+	//	if i >= int((1 - self.partial_offload) * sub_group_size): 'cpu'
+	// the last k − int((1−r)·k) of k sub-groups go to the host.
+	OffloadLast OffloadOrder = iota
+	// OffloadFirst is DeepSpeed 0.14.5 (to 0.17.x):
+	//	if i < int(self.partial_offload * sub_group_size): 'cpu'
+	// the first int(r·k) of k sub-groups go to the host.
+	OffloadFirst
+)
+
+func (o OffloadOrder) String() string {
+	switch o {
+	case OffloadLast:
+		return "last"
+	case OffloadFirst:
+		return "first"
+	}
+	return fmt.Sprintf("OffloadOrder(%d)", int(o))
+}
+
+// HostSubGroups is the range [lo, hi) of a rank's k sub-groups whose fp32
+// master, gradient partition and optimizer state partial offload with
+// ratio r puts on the host; the others stay on the device. (DeepSpeed's
+// "sub_group_size" there is len(fp16_partitioned_groups_flat): the number
+// of sub-groups, k.) The products are float64 and truncated toward zero,
+// as Python's int() does: r = 0.57 of k = 100 puts int(56.99999999999999)
+// = 56 on the host with OffloadFirst, and 100 − int(43.00000000000001) =
+// 57 with OffloadLast; r = 0.9 of k = 10 puts 9, and 10 − int(0.99999…) =
+// 10. It panics when r is outside [0, 1] or k < 0.
+func (o OffloadOrder) HostSubGroups(k int, r float64) (lo, hi int) {
+	if k < 0 || !(r >= 0 && r <= 1) {
+		panic(fmt.Sprintf("partition: HostSubGroups(%d, %v)", k, r))
+	}
+	switch o {
+	case OffloadFirst:
+		return 0, int(r * float64(k))
+	case OffloadLast:
+		return int((1 - r) * float64(k)), k
+	}
+	panic(fmt.Sprintf("partition: unknown %v", o))
+}

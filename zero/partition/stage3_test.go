@@ -1,6 +1,7 @@
 package partition
 
 import (
+	"math"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -94,5 +95,47 @@ func TestStage3WorkedExample(t *testing.T) {
 	wantFlats := [][]float32{{1, 2, 6, 7}, {3, 4, 8, 9}, {5, 0, 10, 11}, {0, 0, 0, 0}}
 	if diff := cmp.Diff(wantFlats, flats); diff != "" {
 		t.Errorf("ShardStage3 (-want +got):\n%s", diff)
+	}
+}
+
+// TestHostSubGroups: which of k sub-groups partial optimizer offload puts
+// on the host, by DeepSpeed's two rules, with Python's float64 products
+// truncated by int() (the expected values are what CPython prints for
+// int(r*k) and k - int((1-r)*k)).
+func TestHostSubGroups(t *testing.T) {
+	type rng struct{ Lo, Hi int }
+	for _, tc := range []struct {
+		k           int
+		r           float64
+		first, last rng
+	}{
+		{3, 0, rng{0, 0}, rng{3, 3}},
+		{3, 1, rng{0, 3}, rng{0, 3}},
+		{3, 0.5, rng{0, 1}, rng{1, 3}},        // 1.5 → 1; 3 − int(1.5)
+		{1, 0.5, rng{0, 0}, rng{0, 1}},        // one sub-group: 0.14.5 keeps it on the device, 0.19.5 offloads it
+		{10, 0.3, rng{0, 3}, rng{7, 10}},      // 3.0; 7.0
+		{10, 0.7, rng{0, 7}, rng{3, 10}},      // 7.0; 3.0000000000000004
+		{10, 0.9, rng{0, 9}, rng{0, 10}},      // 9.0; 0.9999999999999998
+		{100, 0.57, rng{0, 56}, rng{43, 100}}, // 56.99999999999999; 43.00000000000001
+		{100, 0.29, rng{0, 28}, rng{71, 100}}, // 28.999999999999996; 71.0
+		{3, 0.1, rng{0, 0}, rng{2, 3}},        // 0.30000000000000004; 2.7
+		{0, 0.5, rng{0, 0}, rng{0, 0}},
+	} {
+		var got [2]rng
+		got[0].Lo, got[0].Hi = OffloadFirst.HostSubGroups(tc.k, tc.r)
+		got[1].Lo, got[1].Hi = OffloadLast.HostSubGroups(tc.k, tc.r)
+		if d := cmp.Diff([2]rng{tc.first, tc.last}, got); d != "" {
+			t.Errorf("k %d ratio %g: (-want +got) [first, last]\n%s", tc.k, tc.r, d)
+		}
+	}
+	for _, bad := range []float64{-0.1, 1.1, math.NaN()} {
+		func() {
+			defer func() {
+				if recover() == nil {
+					t.Errorf("ratio %v: no panic", bad)
+				}
+			}()
+			OffloadLast.HostSubGroups(4, bad)
+		}()
 	}
 }
