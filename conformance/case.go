@@ -21,6 +21,9 @@ type Case struct {
 	Meta   Meta
 	// InitDir holds models.json and the initial weights and data.
 	InitDir string
+	// Facts says the directory holds reference facts (FactsFile), not a
+	// training run.
+	Facts bool
 }
 
 // Meta is a case's optional case.json. Every field may be left out.
@@ -145,8 +148,8 @@ const (
 )
 
 // Find returns every case directory under the roots (a directory holding
-// a result.json; a root may itself be one), sorted, with its name
-// relative to its root.
+// a result.json, or a facts.json; a root may itself be one), sorted, with
+// its name relative to its root.
 func Find(roots ...string) ([]Case, error) {
 	var out []Case
 	for _, root := range roots {
@@ -158,7 +161,7 @@ func Find(roots ...string) ([]Case, error) {
 			if d.IsDir() && d.Name() == "ckpt" && path != root {
 				return filepath.SkipDir // DeepSpeed's checkpoint directories
 			}
-			if d.IsDir() || d.Name() != ResultFile {
+			if d.IsDir() || (d.Name() != ResultFile && d.Name() != FactsFile) {
 				return nil
 			}
 			dir := filepath.Dir(path)
@@ -169,14 +172,14 @@ func Find(roots ...string) ([]Case, error) {
 			if name == "." {
 				name = filepath.Base(filepath.Clean(dir))
 			}
-			out = append(out, Case{Name: filepath.ToSlash(name), Dir: dir})
+			out = append(out, Case{Name: filepath.ToSlash(name), Dir: dir, Facts: d.Name() == FactsFile})
 			return nil
 		})
 		if err != nil {
 			return nil, fmt.Errorf("finding cases under %s: %w", root, err)
 		}
 		if len(out) == n {
-			return nil, fmt.Errorf("%s: no cases (no %s below it)", root, ResultFile)
+			return nil, fmt.Errorf("%s: no cases (no %s or %s below it)", root, ResultFile, FactsFile)
 		}
 	}
 	slices.SortStableFunc(out, func(a, b Case) int { return strings.Compare(a.Dir, b.Dir) })

@@ -123,12 +123,17 @@ type Report struct {
 	// ("bit-exact" or "differs") and, when the case holds DeepSpeed's,
 	// the run resumed from it, whose metrics are ResumeLoss (steps 6…,
 	// relative) and ResumeWeights (final weights).
-	Resume        string   `json:"resume"`
-	ResumeLoss    *Metric  `json:"resume_deepspeed_loss,omitempty"`
-	ResumeWeights *Metric  `json:"resume_deepspeed_weights,omitempty"`
-	Notes         string   `json:"notes,omitempty"`
-	Warnings      []string `json:"warnings,omitempty"`
-	Seconds       float64  `json:"seconds"`
+	Resume        string  `json:"resume"`
+	ResumeLoss    *Metric `json:"resume_deepspeed_loss,omitempty"`
+	ResumeWeights *Metric `json:"resume_deepspeed_weights,omitempty"`
+	// Kind is a facts case's kind (KindLRSchedule, …); "" for a run.
+	Kind string `json:"kind,omitempty"`
+	// Facts compares a facts case's values (Steps is its number of
+	// entries).
+	Facts    Metric   `json:"facts"`
+	Notes    string   `json:"notes,omitempty"`
+	Warnings []string `json:"warnings,omitempty"`
+	Seconds  float64  `json:"seconds"`
 }
 
 // versions are the DeepSpeed releases whose semantics dszero reproduces.
@@ -148,6 +153,11 @@ func Run(c Case) (rep Report) {
 		} else {
 			rep.Status, rep.Reason = Error, err.Error()
 		}
+		return rep
+	}
+	if c.Facts {
+		rep.Checkpoint, rep.Resume = "", ""
+		runFacts(c, &rep)
 		return rep
 	}
 	if err := c.Load(); err != nil {

@@ -111,4 +111,37 @@
 //     DeepSpeed recorded its own resume; the column notes when it did not.
 //
 // A difference in either fails the case.
+//
+// # Reference facts
+//
+// A directory holding a facts.json instead of a result.json is a case of
+// another kind: values DeepSpeed's own classes and functions returned
+// when called as its engine calls them (conformance/reference/facts.py
+// makes them), each checked against the dszero code that reproduces it:
+//
+//		{"kind": K, "deepspeed_version": "0.14.5+…", "torch_version", "source", "command",
+//		 "entries": [...]}
+//
+//	  - lr_schedule: {name, ds_config, lr: [the lr of optimizer step 1, 2,
+//	    …], betas: [[β1, β2] per step] (OneCycle with cycle_momentum)} —
+//	    the scheduler zero.NewScheduler builds from the ds_config, stepped
+//	    once per optimizer step; relative 1e-12.
+//	  - loss_scaler: {name, ds_config, events: [{overflow, scale} or
+//	    {overflow, error}]} — the scale after each update of the scaler
+//	    zero.NewLossScaler builds (DynamicLossScaler under ZeRO,
+//	    FP16_Optimizer's rule at stage 0), and the error DeepSpeed raises at
+//	    the minimum scale; exact.
+//	  - estimator: {fn: zero2|zero3, total_params, largest_layer_params,
+//	    num_gpus_per_node, num_nodes, cpu_offload, cpu_offload_params,
+//	    zero_init, additional_buffer_factor, cpu, gpu} —
+//	    estimate_zero2/3_model_states_mem_needs against package estimate;
+//	    exact.
+//	  - zero_to_fp32: {stage 2, world, numels, saved_lengths,
+//	    params_from_flat} — the per-rank lengths of
+//	    single_partition_of_fp32_groups that zero_to_fp32 reconstructs
+//	    from, and where each parameter lies in the flat buffer; {stage 3,
+//	    world, numel, partitioned_numel, padding} — zero3_partitioned_param_info.
+//	    Against package zero/partition; exact.
+//
+// The facts are reported in a table of their own.
 package conformance

@@ -14,7 +14,12 @@ import (
 func WriteTable(w io.Writer, reps []Report) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "case\tstatus\tstage\tdtype\tloss max rel Δ\tloss max |Δ|\tloss tol\tweights max |Δ|\tweights ‖Δ‖/‖w‖\tweights tol\tcheckpoint\tresume\ttime")
+	var facts []Report
 	for _, r := range reps {
+		if r.Kind != "" {
+			facts = append(facts, r)
+			continue
+		}
 		lossRel, lossAbs, lossTol, wAbs, wRel, wTol := "-", "-", "-", "-", "-", "-"
 		if r.Loss.N > 0 {
 			lossRel, lossAbs, lossTol = e(r.Loss.MaxRel), e(r.Loss.MaxAbs), fmt.Sprintf("%.0e rel", r.Loss.Tol)
@@ -31,6 +36,22 @@ func WriteTable(w io.Writer, reps []Report) error {
 	}
 	if err := tw.Flush(); err != nil {
 		return err
+	}
+	if len(facts) > 0 {
+		fmt.Fprintln(w)
+		fmt.Fprintln(tw, "reference facts\tstatus\tkind\tentries\tvalues\tmax |Δ|\tmax rel Δ\ttol")
+		for _, r := range facts {
+			tol := fmt.Sprintf("%.0e", r.Facts.Tol)
+			if r.Facts.Tol == 0 {
+				tol = "exact"
+			} else if r.Facts.Rel {
+				tol += " rel"
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%s\t%s\t%s\n", r.Case, r.Status, r.Kind, r.Steps, r.Facts.N, e(r.Facts.MaxAbs), e(r.Facts.MaxRel), tol)
+		}
+		if err := tw.Flush(); err != nil {
+			return err
+		}
 	}
 	counts := map[Status]int{}
 	for _, r := range reps {

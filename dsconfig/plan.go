@@ -182,7 +182,14 @@ type Precision struct {
 	ConsecutiveHysteresis     bool
 	MinLossScale              int64
 	FP16MasterWeightsAndGrads bool
-	BF16ImmediateGradUpdate   bool
+	// DynamicArgsGiven says the fp16 block sets at least one of
+	// initial_scale_power, loss_scale_window, min_loss_scale, hysteresis
+	// and consecutive_hysteresis. Up to DeepSpeed 0.17 the ZeRO optimizers'
+	// scaler used DynamicLossScaler's own defaults otherwise (initial scale
+	// 2^32, hysteresis 1): runtime/config.py get_dynamic_loss_scale_args
+	// returned None.
+	DynamicArgsGiven        bool
+	BF16ImmediateGradUpdate bool
 	BF16CheckGradOverflow     bool
 	BF16MasterWeightsAndGrads bool
 	BF16OptimizerStates       bool

@@ -24,6 +24,9 @@ func (c *compiler) readPrecision(top *block) {
 			p.LossScale = 0
 		}
 	}
+	for _, k := range []string{"initial_scale_power", "loss_scale_window", "min_loss_scale", "hysteresis", "consecutive_hysteresis"} {
+		p.DynamicArgsGiven = p.DynamicArgsGiven || c.at("fp16."+k) != nil
+	}
 	p.InitialScalePower = fp.get("initial_scale_power").Int(16, -1<<62)
 	p.LossScaleWindow = c.scaleInt(fp, "loss_scale_window", 1000)
 	p.Hysteresis = fp.get("hysteresis").Int(2, -1<<62)

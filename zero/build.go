@@ -49,8 +49,14 @@ func newOptimizer(plan dsconfig.Plan, n int, a optim.Alloc, pool *optim.Pool) (o
 	return nil, fmt.Errorf("optimizer %s (%s) is not implemented by dszero", o.Type, o.Impl)
 }
 
-// newScaler is the loss scaler of the plan's precision.
-func newScaler(plan dsconfig.Plan) (lossscale.Scaler, error) {
+// NewLossScaler is the loss scaler of the plan's precision, as DeepSpeed
+// release v builds it: static for fp32, bf16 and a fixed loss_scale;
+// FP16_Optimizer's own rule at stage 0; DynamicLossScaler under ZeRO —
+// before 0.18 with its constructor's defaults (initial scale 2^32,
+// hysteresis 1, window 1000, minimum 1) when the fp16 block sets none of
+// the dynamic-scaling keys (dsconfig.Precision.DynamicArgsGiven), and
+// before 0.17.1 with the legacy growth rule (lossscale.Legacy).
+func NewLossScaler(plan dsconfig.Plan, v Version) (lossscale.Scaler, error) {
 	p := plan.Precision
 	if p.DType != "fp16" {
 		return lossscale.NewStatic(1), nil
@@ -64,11 +70,19 @@ func newScaler(plan dsconfig.Plan) (lossscale.Scaler, error) {
 		// Without ZeRO, DeepSpeed's FP16_Optimizer runs its own rule.
 		return lossscale.NewFP16Optimizer(b.Config())
 	}
-	return lossscale.NewDynamic(b.Config())
+	c := b.Config()
+	if v == lrsched.DeepSpeed0145 {
+		if !p.DynamicArgsGiven {
+			c = lossscale.DynamicLossScalerDefaults()
+		}
+		c.Growth = lossscale.Legacy
+	}
+	return lossscale.NewDynamic(c)
 }
 
-// newScheduler builds the plan's scheduler (nil without one).
-func newScheduler(plan dsconfig.Plan, v Version) (lrsched.Scheduler, error) {
+// NewScheduler builds the plan's scheduler following release v (nil
+// without one).
+func NewScheduler(plan dsconfig.Plan, v Version) (lrsched.Scheduler, error) {
 	s := plan.Scheduler
 	if s.Type == "" {
 		return nil, nil

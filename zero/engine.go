@@ -113,11 +113,11 @@ func NewEngine(plan dsconfig.Plan, o Options) (*Engine, error) {
 		}
 	}
 	e := &Engine{plan: plan, pool: optim.NewPool(o.Workers), baseLR: plan.Optimizer.LR}
-	if e.scaler, err = newScaler(plan); err != nil {
+	if e.scaler, err = NewLossScaler(plan, o.Version); err != nil {
 		e.pool.Close()
 		return nil, err
 	}
-	if e.sched, err = newScheduler(plan, o.Version); err != nil {
+	if e.sched, err = NewScheduler(plan, o.Version); err != nil {
 		e.pool.Close()
 		return nil, err
 	}

@@ -106,6 +106,14 @@ func (b FP16Block) Config() Config {
 	}
 }
 
+// DynamicLossScalerDefaults are DynamicLossScaler's constructor defaults
+// (init_scale 2^32, scale_window 1000, min_scale 1, delayed_shift 1), which
+// DeepSpeed ≤ 0.17 used under ZeRO when the fp16 block set none of the
+// dynamic-scaling keys.
+func DynamicLossScalerDefaults() Config {
+	return Config{InitScale: pow2(32), ScaleWindow: 1000, MinScale: 1, DelayedShift: 1, RaiseErrorAtMinScale: true, ScaleFactor: 2}
+}
+
 func pow2(n int) float64 {
 	x := 1.0
 	for ; n > 0; n-- {
