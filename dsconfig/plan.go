@@ -188,8 +188,8 @@ type Precision struct {
 	// scaler used DynamicLossScaler's own defaults otherwise (initial scale
 	// 2^32, hysteresis 1): runtime/config.py get_dynamic_loss_scale_args
 	// returned None.
-	DynamicArgsGiven        bool
-	BF16ImmediateGradUpdate bool
+	DynamicArgsGiven          bool
+	BF16ImmediateGradUpdate   bool
 	BF16CheckGradOverflow     bool
 	BF16MasterWeightsAndGrads bool
 	BF16OptimizerStates       bool
