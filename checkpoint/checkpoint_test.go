@@ -6,6 +6,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -18,6 +19,7 @@ import (
 	"github.com/dszero/dszero/internal/ztest"
 	"github.com/dszero/dszero/mem"
 	"github.com/dszero/dszero/model/mlp"
+	"github.com/dszero/dszero/nvme"
 	"github.com/dszero/dszero/zero"
 )
 
@@ -41,13 +43,41 @@ func runMLP(t *testing.T, plan dsconfig.Plan, d ztest.MLPData, from, to int, dir
 // runMLPVersion is runMLP following DeepSpeed release v's semantics.
 func runMLPVersion(t *testing.T, v zero.Version, plan dsconfig.Plan, d ztest.MLPData, from, to int, dir string, load, save bool) result {
 	t.Helper()
+	r := mlpRun{v: v, from: from, to: to, dir: dir, load: load}
+	if save {
+		r.saveAt = []int{to}
+	}
+	res, err := r.run(plan, d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return res
+}
+
+// mlpRun is one run of the TinyMLP: steps [from, to), loading dir's
+// latest checkpoint first when load is set, saving to dir after the steps
+// in saveAt; with swap as the NVMe swap filesystem, and before(step) and
+// beforeSave(step) called on rank 0 before each step and each save (while
+// the other ranks wait).
+type mlpRun struct {
+	v                  zero.Version
+	from, to           int
+	dir                string
+	load               bool
+	saveAt             []int
+	swap               nvme.FS
+	before, beforeSave func(step int)
+}
+
+func (mr mlpRun) run(plan dsconfig.Plan, d ztest.MLPData) (result, error) {
 	world := plan.WorldSize
 	B, gas := int(plan.Batch.TrainMicroBatchSizePerGPU), int(plan.Batch.GradientAccumulationSteps)
 	G := B * gas * world
 	gemm, err := blas.New(blas.Options{Backend: blas.Gonum})
 	if err != nil {
-		t.Fatal(err)
+		return result{}, err
 	}
+	from, to := mr.from, mr.to
 	micro := make([][]float64, to-from)
 	for i := range micro {
 		micro[i] = make([]float64, world*gas)
@@ -56,14 +86,14 @@ func runMLPVersion(t *testing.T, v zero.Version, plan dsconfig.Plan, d ztest.MLP
 	err = inproc.New(world, inproc.Options{Timeout: time.Minute}).Run(func(c comm.Comm) error {
 		r := c.Rank()
 		acct := mem.NewAccountant(r)
-		eng, err := zero.NewEngine(plan, zero.Options{Acct: acct, Layout: &d.Layout, Init: d.Init, Workers: 1, Comm: c, Ctx: context.Background(), Version: v})
+		eng, err := zero.NewEngine(plan, zero.Options{Acct: acct, Layout: &d.Layout, Init: d.Init, Workers: 1, Comm: c, Ctx: context.Background(), Version: mr.v, SwapFS: mr.swap})
 		if err != nil {
 			return err
 		}
 		defer eng.Close()
 		co := checkpoint.Options{Layout: &d.Layout, Comm: c}
-		if load {
-			if err := checkpoint.Load(dir, "", eng, co); err != nil {
+		if mr.load {
+			if err := checkpoint.Load(mr.dir, "", eng, co); err != nil {
 				return err
 			}
 			if eng.GlobalSteps() != int64(from) {
@@ -80,6 +110,14 @@ func runMLPVersion(t *testing.T, v zero.Version, plan dsconfig.Plan, d ztest.MLP
 		}
 		x, y := make([]float32, B*16), make([]float32, B*8)
 		for s := from; s < to; s++ {
+			if mr.before != nil {
+				if r == 0 {
+					mr.before(s + 1)
+				}
+				if err := c.Barrier(context.Background()).Wait(); err != nil {
+					return err
+				}
+			}
 			for mi := 0; mi < gas; mi++ {
 				mb := mi*world + r
 				for b := 0; b < B; b++ {
@@ -99,10 +137,18 @@ func runMLPVersion(t *testing.T, v zero.Version, plan dsconfig.Plan, d ztest.MLP
 			if _, err := eng.Step(); err != nil {
 				return err
 			}
-		}
-		if save {
-			if err := checkpoint.Save(dir, "", eng, co); err != nil {
-				return err
+			if slices.Contains(mr.saveAt, s+1) {
+				if mr.beforeSave != nil {
+					if r == 0 {
+						mr.beforeSave(s + 1)
+					}
+					if err := c.Barrier(context.Background()).Wait(); err != nil {
+						return err
+					}
+				}
+				if err := checkpoint.Save(mr.dir, "", eng, co); err != nil {
+					return fmt.Errorf("saving after step %d: %w", s+1, err)
+				}
 			}
 		}
 		if res.states[r], err = eng.ExportState(); err != nil {
@@ -118,7 +164,7 @@ func runMLPVersion(t *testing.T, v zero.Version, plan dsconfig.Plan, d ztest.MLP
 		return nil
 	})
 	if err != nil {
-		t.Fatal(err)
+		return res, err
 	}
 	for _, ls := range micro {
 		sum := 0.0
@@ -127,7 +173,7 @@ func runMLPVersion(t *testing.T, v zero.Version, plan dsconfig.Plan, d ztest.MLP
 		}
 		res.losses = append(res.losses, sum/float64(len(ls)))
 	}
-	return res
+	return res, nil
 }
 
 func stageJSON(stage int, dtype string, subGroup int) string {

@@ -74,6 +74,15 @@ func NewFaultFS(inner FS, faults ...Fault) *FaultFS {
 
 var _ FS = (*FaultFS)(nil)
 
+// Inject adds faults from now on: a disk that fails in the middle of a
+// run.
+func (f *FaultFS) Inject(faults ...Fault) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.faults = append(f.faults, faults...)
+	f.hits = append(f.hits, make([]int, len(faults))...)
+}
+
 // Hits is how many operations fault i has hit so far.
 func (f *FaultFS) Hits(i int) int {
 	f.mu.Lock()

@@ -64,7 +64,7 @@ func (s *Strategy) initSwap() error {
 		err = ss.out(g, opt)
 		opt.Free()
 		if err != nil {
-			return err
+			return fmt.Errorf("stage 3: %w", err)
 		}
 	}
 	return nil
@@ -80,7 +80,7 @@ func (ss *swapState) out(g int, opt optim.Optimizer) error {
 		}
 	}
 	if err := nvme.WaitAll(ss.hs...); err != nil {
-		return fmt.Errorf("stage 3: writing the optimizer state of sub-group %d: %w", g, err)
+		return fmt.Errorf("writing the optimizer state of sub-group %d: %w", g, err)
 	}
 	return nil
 }
@@ -122,12 +122,12 @@ func (s *Strategy) prepare(g, n int) (*pending, error) {
 func (s *Strategy) finish(p *pending) error {
 	ss := s.swap
 	if err := nvme.WaitAll(p.hs...); err != nil {
-		return fmt.Errorf("stage 3: reading the optimizer state of sub-group %d: %w", p.g, err)
+		return fmt.Errorf("reading the optimizer state of sub-group %d: %w", p.g, err)
 	}
 	for _, i := range p.lazy {
 		v := make([]float32, len(p.master))
 		if err := ss.sw.SwapIn(swapKey(p.g, ss.names[i]), v).Wait(); err != nil {
-			return fmt.Errorf("stage 3: reading the optimizer state of sub-group %d: %w", p.g, err)
+			return fmt.Errorf("reading the optimizer state of sub-group %d: %w", p.g, err)
 		}
 		if err := p.opt.LoadState(ss.names[i], v); err != nil {
 			return fmt.Errorf("stage 3: sub-group %d: %w", p.g, err)
