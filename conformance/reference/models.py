@@ -1,0 +1,265 @@
+"""The models a case describes, their weights and their data.
+
+A case's init/models.json lists, for each model key, the parameters (name, shape) in
+named_parameters() order, and the files with the initial weights and the data (the format
+is documented in conformance/doc.go). build_model() makes the PyTorch module from that
+description alone, as dszero does:
+
+* wte, wpe, blocks.<i>.{ln1, attn.qkv, attn.proj, ln2, mlp.fc, mlp.proj}, ln_f[, lm_head]:
+  a pre-LayerNorm GPT-2 decoder (learned positions, no dropout, LayerNorm eps 1e-5,
+  tanh-GELU, causal softmax attention with head size 16 unless the entry says "heads",
+  cross-entropy on fp32 logits; without lm_head the output reuses wte.weight);
+* fc1, fc2, ... (weight, bias): Linear layers with ReLU between them and a mean-squared
+  error on fp32 outputs.
+
+These are, op for op, the harness's TinyGPT and TinyMLP (shared/reference/harness), so a
+shipped case regenerated here gives the same numbers. With float16 parameters (an "fp16"
+config) every op reads fp16 inputs, computes in fp32 and rounds its output to fp16 once,
+as a GPU fp16 kernel would: torch 1.13 has no CPU half kernels.
+"""
+import json
+import math
+import os
+import re
+import struct
+
+import numpy as np
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+LN_EPS = 1e-5
+HEAD_SIZE = 16
+
+
+# ----------------------------------------------------------------------------- safetensors
+# python3-safetensors is not in Debian 12: a small reader/writer of the standard format
+# (u64 little-endian header length, JSON header padded with spaces to 8 bytes, raw C-order data).
+_DTYPES = {torch.float32: "F32", torch.bfloat16: "BF16", torch.float16: "F16", torch.float64: "F64",
+           torch.int64: "I64", torch.int32: "I32", torch.uint8: "U8"}
+_BY_NAME = {v: k for k, v in _DTYPES.items()}
+
+
+def save_safetensors(path, tensors, metadata=None):
+    header, blobs, off = {}, [], 0
+    for name, t in tensors.items():
+        t = t.detach().cpu().contiguous()
+        if t.dtype == torch.bfloat16:
+            raw = t.view(torch.int16).numpy().astype("<i2").tobytes()
+        else:
+            a = t.numpy()
+            raw = a.astype(a.dtype.newbyteorder("<")).tobytes()
+        header[name] = {"dtype": _DTYPES[t.dtype], "shape": list(t.shape), "data_offsets": [off, off + len(raw)]}
+        blobs.append(raw)
+        off += len(raw)
+    if metadata:
+        header["__metadata__"] = {k: v if isinstance(v, str) else json.dumps(v) for k, v in metadata.items()}
+    hb = json.dumps(header, separators=(",", ":")).encode()
+    hb += b" " * (-len(hb) % 8)
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(hb)) + hb + b"".join(blobs))
+
+
+def load_safetensors(path):
+    """Returns ({name: tensor} in file order, metadata)."""
+    with open(path, "rb") as f:
+        n = struct.unpack("<Q", f.read(8))[0]
+        header = json.loads(f.read(n))
+        data = f.read()
+    meta = header.pop("__metadata__", {})
+    out = {}
+    for name, h in sorted(header.items(), key=lambda kv: kv[1]["data_offsets"][0]):
+        a, b = h["data_offsets"]
+        dt = _BY_NAME[h["dtype"]]
+        if dt == torch.bfloat16:
+            t = torch.from_numpy(np.frombuffer(data[a:b], dtype="<i2").copy()).view(torch.bfloat16)
+        else:
+            npdt = torch.empty(0, dtype=dt).numpy().dtype
+            t = torch.from_numpy(np.frombuffer(data[a:b], dtype=npdt.newbyteorder("<")).astype(npdt))
+        out[name] = t.reshape(h["shape"])
+    return out, meta
+
+
+# ----------------------------------------------------------------------------- fp16 emulation
+def _op(fn, *xs):
+    """fn(*xs), or for fp16 inputs fn computed in fp32 and rounded to fp16 once."""
+    if any(x.dtype == torch.float16 for x in xs):
+        return fn(*(x.float() for x in xs)).half()
+    return fn(*xs)
+
+
+class Linear(nn.Linear):
+    def forward(self, x):
+        return _op(lambda x, *wb: F.linear(x, *wb), x, self.weight, *([] if self.bias is None else [self.bias]))
+
+
+class LayerNorm(nn.LayerNorm):
+    def forward(self, x):
+        return _op(lambda x, w, b: F.layer_norm(x, self.normalized_shape, w, b, self.eps), x, self.weight, self.bias)
+
+
+# ----------------------------------------------------------------------------- GPT
+class Attention(nn.Module):
+    def __init__(self, d, heads):
+        super().__init__()
+        self.heads = heads
+        self.qkv = Linear(d, 3 * d)
+        self.proj = Linear(d, d)
+
+    def forward(self, x):
+        B, T, C = x.shape
+        hd = C // self.heads
+        q, k, v = (t.reshape(B, T, self.heads, hd).transpose(1, 2) for t in self.qkv(x).split(C, dim=2))
+        mask = torch.ones(T, T, dtype=torch.bool, device=x.device).triu(1)     # True above the diagonal
+        att = _op(lambda q, k: (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(hd)), q, k)
+        att = _op(lambda a: F.softmax(a.masked_fill(mask, float("-inf")), dim=-1), att)
+        y = _op(lambda a, v: a @ v, att, v)                                    # [B, heads, T, hd]
+        return self.proj(y.transpose(1, 2).contiguous().view(B, T, C))
+
+
+class MLPBlock(nn.Module):
+    def __init__(self, d, width):
+        super().__init__()
+        self.fc = Linear(d, width)
+        self.proj = Linear(width, d)
+
+    def forward(self, x):
+        return self.proj(_op(lambda u: F.gelu(u, approximate="tanh"), self.fc(x)))
+
+
+class Block(nn.Module):
+    def __init__(self, d, heads, width):
+        super().__init__()
+        self.ln1 = LayerNorm(d, eps=LN_EPS)
+        self.attn = Attention(d, heads)
+        self.ln2 = LayerNorm(d, eps=LN_EPS)
+        self.mlp = MLPBlock(d, width)
+
+    def forward(self, x):
+        x = _op(torch.add, x, self.attn(self.ln1(x)))
+        return _op(torch.add, x, self.mlp(self.ln2(x)))
+
+
+class GPT(nn.Module):
+    """Input: int64 tokens [B, T+1]; inputs tokens[:, :-1], targets tokens[:, 1:]."""
+
+    def __init__(self, vocab, context, d, heads, layers, width, tied):
+        super().__init__()
+        self.vocab, self.tied = vocab, tied
+        self.wte = nn.Embedding(vocab, d)
+        self.wpe = nn.Embedding(context, d)
+        self.blocks = nn.ModuleList([Block(d, heads, width) for _ in range(layers)])
+        self.ln_f = LayerNorm(d, eps=LN_EPS)
+        if not tied:
+            self.lm_head = Linear(d, vocab, bias=False)
+
+    def forward(self, tokens):
+        idx, targets = tokens[:, :-1], tokens[:, 1:]
+        pos = torch.arange(idx.shape[1], device=idx.device)
+        x = _op(lambda a, b: a + b[None], self.wte(idx), self.wpe(pos))
+        for blk in self.blocks:
+            x = blk(x)
+        h = self.ln_f(x)
+        logits = _op(F.linear, h, self.wte.weight) if self.tied else self.lm_head(h)
+        # the loss is always computed on fp32 logits (a no-op cast for fp32 runs)
+        return F.cross_entropy(logits.float().reshape(-1, self.vocab), targets.reshape(-1))
+
+
+# ----------------------------------------------------------------------------- MLP
+class MLP(nn.Module):
+    """Input: (x [B, in], y [B, out]); ReLU between the layers, MSE loss in fp32."""
+
+    def __init__(self, sizes):
+        super().__init__()
+        for i in range(len(sizes) - 1):
+            setattr(self, f"fc{i + 1}", Linear(sizes[i], sizes[i + 1]))
+        self.n = len(sizes) - 1
+
+    def forward(self, batch):
+        x, y = batch
+        h = x.to(self.fc1.weight.dtype)
+        for i in range(1, self.n + 1):
+            h = getattr(self, f"fc{i}")(h)
+            if i < self.n:
+                h = _op(F.relu, h)
+        return F.mse_loss(h.float(), y.float())
+
+
+# ----------------------------------------------------------------------------- description
+_BLOCK = re.compile(r"^blocks\.(\d+)\.")
+_FC = re.compile(r"^fc(\d+)\.weight$")
+
+
+def arch_of(desc):
+    names = [p["name"] for p in desc["params"]]
+    if desc.get("arch"):
+        return desc["arch"]
+    if "wte.weight" in names and "wpe.weight" in names:
+        return "gpt"
+    if names and re.match(r"^fc\d+\.(weight|bias)$", names[0]):
+        return "mlp"
+    raise SystemExit(f"models.json: unknown architecture (first parameter {names[:1]})")
+
+
+def build_model(desc):
+    """The module a models.json entry describes; checks names, shapes and order against it."""
+    shape = {p["name"]: p["shape"] for p in desc["params"]}
+    arch = arch_of(desc)
+    if arch == "gpt":
+        for key, want in (("activation", "gelu_tanh"), ("loss", "cross_entropy")):
+            if desc.get(key, want) != want:
+                raise SystemExit(f"gpt: {key} {desc[key]!r} is not built here (only {want})")
+        vocab, d = shape["wte.weight"]
+        layers = 1 + max(int(m.group(1)) for m in map(_BLOCK.match, shape) if m)
+        heads = desc.get("heads") or max(1, d // HEAD_SIZE)
+        model = GPT(vocab, shape["wpe.weight"][0], d, heads, layers, shape["blocks.0.mlp.fc.weight"][0],
+                    tied="lm_head.weight" not in shape)
+    elif arch == "mlp":
+        for key, want in (("activation", "relu"), ("loss", "mse")):
+            if desc.get(key, want) != want:
+                raise SystemExit(f"mlp: {key} {desc[key]!r} is not built here (only {want})")
+        ws = [shape[f"fc{i}.weight"] for i in sorted(int(m.group(1)) for m in map(_FC.match, shape) if m)]
+        model = MLP([ws[0][1]] + [w[0] for w in ws])
+    else:
+        raise SystemExit(f"architecture {arch!r} is not built here")
+    got = [(n, list(p.shape)) for n, p in model.named_parameters()]
+    want = [(p["name"], list(p["shape"])) for p in desc["params"]]
+    if got != want:
+        raise SystemExit(f"the {arch} built from models.json does not match it:\n built {got}\n want  {want}")
+    return model
+
+
+def read_models(init_dir):
+    with open(os.path.join(init_dir, "models.json")) as f:
+        return json.load(f)
+
+
+def init_file(init_dir, name):
+    """models.json names files relative to the init directory's parent ("init/gpt_init.safetensors")."""
+    return os.path.join(init_dir, os.path.basename(name))
+
+
+class Data:
+    """The samples of a *_data.safetensors in order (leading dims [step, sample] flattened).
+
+    Step s, micro-step m, rank r reads micro-batch mb = m*world + r: samples
+    s*G + mb*B ... s*G + mb*B + B-1 (mod the number of samples), G = B*GAS*world."""
+
+    def __init__(self, path, arch):
+        t, _ = load_safetensors(path)
+        self.arch = arch
+        if arch == "gpt":
+            tok = t["tokens"]
+            self.tensors = [tok.reshape(-1, tok.shape[-1])]
+        else:
+            self.tensors = [t[k].reshape(-1, t[k].shape[-1]) for k in ("x", "y")]
+        self.n = self.tensors[0].shape[0]
+
+    def micro_batch(self, step, micro, rank, B, gas, world):
+        first = step * B * gas * world + (micro * world + rank) * B
+        idx = torch.arange(first, first + B) % self.n
+        if first + B <= self.n:                     # the common case: a plain slice (no copy)
+            idx = slice(first, first + B)
+        parts = [t[idx] for t in self.tensors]
+        return parts[0] if self.arch == "gpt" else tuple(parts)

@@ -1,0 +1,237 @@
+"""One rank of a DeepSpeed training run; gen_case.py starts WORLD of these.
+
+usage (by gen_case.py, with RANK/WORLD_SIZE/MASTER_* and the rest of the environment set):
+  rank_train.py --spec RAW/spec.json [--resume-from-step K]
+
+spec.json: {"ds_config", "init_dir", "model", "steps", "save_at", "ckpt_dir", "raw_dir"}.
+Writes RAW/rank<r>[_resume<K>].json: per optimizer step the lr used, the loss (mean over ranks
+and micro-steps), this rank's micro-step losses, the gradient norm, the loss scale (fp16) and
+the skipped-step count. Rank 0 also writes the final fp32 weights: final_fp32_live*.safetensors
+(DeepSpeed's safe_get_full_fp32_param on the live engine) and, for the uninterrupted run,
+final_fp32.safetensors (zero_to_fp32 of the last checkpoint; see final_fp32()).
+"""
+import argparse
+import json
+import os
+import sys
+import time
+import traceback
+
+import torch
+
+torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
+torch.use_deterministic_algorithms(True)
+
+import compat  # noqa: E402
+import models  # noqa: E402
+
+RANK = int(os.environ.get("RANK", "0"))
+CLIENT_KEY = "harness_step"      # client_state key saved in every checkpoint (as in the shipped references)
+
+
+def interned(o):
+    """The config with its strings interned, as if written as Python literals (the harness built its
+    configs in code). Checkpoints pickle the config next to the optimizer's param_groups, whose keys
+    ("lr", "betas", ...) are interned literals; pickle stores an object seen before as a back-reference,
+    so only interned keys give the shipped references' checkpoint files byte for byte."""
+    if isinstance(o, dict):
+        return {interned(k): interned(v) for k, v in o.items()}
+    if isinstance(o, list):
+        return [interned(v) for v in o]
+    return sys.intern(o) if isinstance(o, str) else o
+
+
+def inner_optimizer(engine):
+    """The torch optimizer under DeepSpeed's wrappers (ZeRO, BF16_Optimizer, FP16_Optimizer)."""
+    o = engine.optimizer
+    while hasattr(o, "optimizer") and not isinstance(o, torch.optim.Optimizer):
+        o = o.optimizer
+    return o
+
+
+def capture_stage0_norm(captured):
+    """Stage-0 fp32 clips with deepspeed.runtime.utils.clip_grad_norm_ and discards the norm
+    (engine.get_global_grad_norm() stays None): record it through a wrapper that changes nothing."""
+    from deepspeed.runtime import engine as eng_mod
+    orig = eng_mod.clip_grad_norm_
+
+    def clip(*a, **k):
+        n = orig(*a, **k)
+        captured["norm"] = float(n)
+        return n
+    eng_mod.clip_grad_norm_ = clip
+
+
+def openblas_core():
+    """The OpenBLAS kernel set in use (Debian's OpenBLAS picks it by CPU at run time unless
+    OPENBLAS_CORETYPE names one): different kernels round matmuls differently."""
+    import ctypes
+    try:
+        lib = ctypes.CDLL("libopenblas.so.0")
+        lib.openblas_get_corename.restype = ctypes.c_char_p
+        return lib.openblas_get_corename().decode()
+    except (OSError, AttributeError):
+        return None
+
+
+def live_fp32(engine):
+    """Full fp32 master weights through DeepSpeed's API (a collective: every rank calls it)."""
+    from deepspeed.utils import safe_get_full_fp32_param
+    opt = engine.optimizer
+    master = {}     # FP16_UnfusedOptimizer/FP16_Optimizer (fp16 stage 0) keep fp32 copies DeepSpeed's API does not see
+    if hasattr(opt, "fp16_groups") and hasattr(opt, "fp32_groups"):
+        for g16, g32 in zip(opt.fp16_groups, opt.fp32_groups):
+            for a, b in zip(g16, g32 if isinstance(g32, (list, tuple)) else []):
+                master[id(a)] = b
+    out = {}
+    for n, p in engine.module.named_parameters():
+        t = safe_get_full_fp32_param(p)
+        if t is None:
+            t = master.get(id(p), p)
+        out[n] = t.detach().float().cpu().clone()
+    return out
+
+
+def final_fp32(engine, ckpt_dir, tag, live, res):
+    """Rank 0: the run's final fp32 weights. As for the shipped references: zero_to_fp32 of the
+    final checkpoint when DeepSpeed keeps separate fp32 master weights (ZeRO >= 1, bf16, fp16),
+    the module's own parameters for stage-0 fp32. zero_to_fp32 refuses BF16_Optimizer checkpoints
+    (bf16 + stage 0: "... is not a zero checkpoint"); those fall back to the live weights."""
+    fp32_master = engine.zero_optimization_stage() > 0 or engine.bfloat16_enabled() or engine.fp16_enabled()
+    if not fp32_master:
+        res["final_fp32_source"] = "engine.module.named_parameters()"
+        return {n: p.detach().float().cpu().clone() for n, p in engine.module.named_parameters()}
+    from deepspeed.utils.zero_to_fp32 import get_fp32_state_dict_from_zero_checkpoint
+    try:
+        sd = get_fp32_state_dict_from_zero_checkpoint(ckpt_dir, tag=tag)
+        sd = {n: sd[n].float() for n in live}
+        res["final_fp32_source"] = "deepspeed.utils.zero_to_fp32.get_fp32_state_dict_from_zero_checkpoint"
+        res["zero_to_fp32_vs_live_max_abs_diff"] = max(float((sd[n] - live[n]).abs().max()) for n in sd)
+        return sd
+    except Exception as e:  # noqa: BLE001
+        res["zero_to_fp32_error"] = f"{type(e).__name__}: {e}"
+        res["final_fp32_source"] = "deepspeed.utils.safe_get_full_fp32_param (zero_to_fp32 failed on this checkpoint)"
+        return live
+
+
+def train(spec, resume, res):
+    import deepspeed
+    from deepspeed.accelerator import get_accelerator
+    res.update(deepspeed_version=deepspeed.__version__, torch_version=torch.__version__,
+               accelerator=get_accelerator()._name, comm_backend=get_accelerator().communication_backend_name())
+    cfg = interned(spec["ds_config"])
+    res["patches"] = compat.install_for(cfg, RANK)
+    res["openblas_core"] = openblas_core()
+    deepspeed.init_distributed(dist_backend="gloo")
+    world = torch.distributed.get_world_size()
+
+    desc = models.read_models(spec["init_dir"])[spec["model"]]
+    model = models.build_model(desc)
+    init, _ = models.load_safetensors(models.init_file(spec["init_dir"], desc["init_file"]))
+    model.load_state_dict(init, strict=True)
+    data = models.Data(models.init_file(spec["init_dir"], desc["data_file"]), models.arch_of(desc))
+
+    captured = {}
+    capture_stage0_norm(captured)
+    # DeepSpeed edits the dict it is given (it pops "torch_adam"): cfg is this rank's own interned copy,
+    # and gen_case.py records the config as given.
+    engine, _, _, scheduler = deepspeed.initialize(model=model, model_parameters=model.parameters(), config=cfg)
+    B, gas = engine.train_micro_batch_size_per_gpu(), engine.gradient_accumulation_steps()
+    res["engine"] = {"optimizer_wrapper": type(engine.optimizer).__name__,
+                     "basic_optimizer": type(engine.basic_optimizer).__name__
+                     if getattr(engine, "basic_optimizer", None) is not None else None,
+                     "scheduler": type(scheduler).__name__ if scheduler is not None else None,
+                     "zero_stage": engine.zero_optimization_stage(), "bf16": engine.bfloat16_enabled(),
+                     "fp16": engine.fp16_enabled(), "train_batch_size": engine.train_batch_size(),
+                     "micro_batch_size": B, "gradient_accumulation_steps": gas, "world_size": world}
+    res["dtype"] = str(next(engine.module.parameters()).dtype)
+
+    ckpt_dir, start = spec["ckpt_dir"], 0
+    if resume:
+        load_path, client = engine.load_checkpoint(ckpt_dir, tag=f"global_step{resume}")
+        res["resume_load_path"] = load_path
+        res["resume_client_state"] = {k: v for k, v in (client or {}).items() if isinstance(v, (int, float, str))}
+        res["global_steps_after_load"] = engine.global_steps
+        start = resume
+
+    fp16 = engine.fp16_enabled()
+    skipped_before = int(engine.skipped_steps)
+    steps = res["steps"] = []
+    for s in range(start, spec["steps"]):
+        rec = {"step": s + 1, "lr_used": float(engine.get_lr()[0])}
+        if fp16:
+            rec["loss_scale"] = float(engine.optimizer.cur_scale)    # the scale this step's gradients carry
+        t0 = time.perf_counter()
+        micro = []
+        for m in range(gas):
+            loss = engine(data.micro_batch(s, m, RANK, B, gas, world))
+            engine.backward(loss)
+            engine.step()
+            micro.append(float(loss.item()))
+        rec["step_time_s"] = time.perf_counter() - t0
+        # the step loss: sum over ranks per micro-step (float64 all-reduce), then over micro-steps
+        lt = torch.tensor(micro, dtype=torch.float64)
+        torch.distributed.all_reduce(lt)
+        rec["loss"] = float(lt.sum().item() / (world * gas))
+        gn = engine.get_global_grad_norm()
+        if gn is None:
+            gn = captured.pop("norm", None)
+        rec["grad_norm"] = float(gn) if gn is not None else None
+        captured.clear()
+        skipped = int(engine.skipped_steps)
+        # skipped: fp16 overflow, no optimizer step; DeepSpeed's grad norm is then stale (the last one)
+        rec.update(micro_losses=micro, lr_after=float(engine.get_lr()[0]), global_steps=engine.global_steps,
+                   skipped_steps=skipped, skipped=skipped > (steps[-1]["skipped_steps"] if steps else skipped_before))
+        if fp16:
+            rec["loss_scale_after"] = float(engine.optimizer.cur_scale)
+            rec["overflow"] = bool(getattr(engine.optimizer, "overflow", False))
+        betas = inner_optimizer(engine).param_groups[0].get("betas")
+        if betas is not None:
+            rec["betas_after"] = list(betas)
+        steps.append(rec)
+        if not resume and s + 1 == spec["save_at"]:
+            engine.save_checkpoint(ckpt_dir, client_state={CLIENT_KEY: s + 1})
+
+    live = live_fp32(engine)
+    suffix = f"_resume{resume}" if resume else ""
+    final = None
+    if not resume:
+        engine.save_checkpoint(ckpt_dir, client_state={CLIENT_KEY: spec["steps"]})
+        torch.distributed.barrier()
+        if RANK == 0:
+            final = final_fp32(engine, ckpt_dir, f"global_step{spec['steps']}", live, res)
+    torch.distributed.barrier()
+    if RANK == 0:
+        raw = spec["raw_dir"]
+        models.save_safetensors(os.path.join(raw, f"final_fp32_live{suffix}.safetensors"), live,
+                                {"what": "fp32 master weights via deepspeed.utils.safe_get_full_fp32_param"})
+        if final is not None:
+            models.save_safetensors(os.path.join(raw, "final_fp32.safetensors"), final,
+                                    {"what": res["final_fp32_source"]})
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--spec", required=True)
+    ap.add_argument("--resume-from-step", type=int, default=0)
+    ap.add_argument("--local_rank", type=int, default=0)      # DeepSpeed convention; unused
+    args = ap.parse_args()
+    with open(args.spec) as f:
+        spec = json.load(f)
+    resume = args.resume_from_step
+    res = {"rank": RANK, "status": "started", "resume_from_step": resume}
+    try:
+        train(spec, resume, res)
+        res["status"] = "ok"
+    except BaseException as e:  # noqa: BLE001 (recorded, then the process exits non-zero)
+        res.update(status="failed", error=f"{type(e).__name__}: {e}", traceback=traceback.format_exc()[-6000:])
+        print(res["traceback"], file=sys.stderr, flush=True)
+    suffix = f"_resume{resume}" if resume else ""
+    with open(os.path.join(spec["raw_dir"], f"rank{RANK}{suffix}.json"), "w") as f:
+        json.dump(res, f, indent=1, default=str)
+    if res["status"] != "ok":
+        os._exit(3)
+
+
+if __name__ == "__main__":
+    main()
