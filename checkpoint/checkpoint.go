@@ -617,6 +617,19 @@ func readOptim(v any, st *zero.State) error {
 		if err := readTorchState(v, fmt.Sprintf(statePath, g), &gs.Optim); err != nil {
 			return err
 		}
+		// Stages 1 and 2 save the optimizer state with the partition's
+		// padding, the fp32 partition without it.
+		for k, x := range gs.Optim.State {
+			if len(x) <= len(gs.Master) || st.Strategy.Stage == 3 {
+				continue
+			}
+			for _, pad := range x[len(gs.Master):] {
+				if pad != 0 {
+					return fmt.Errorf("optimizer state %s of group %d has %d elements, the fp32 partition %d, and the extra ones are not the partition's zero padding", k, g, len(x), len(gs.Master))
+				}
+			}
+			gs.Optim.State[k] = x[:len(gs.Master)]
+		}
 		st.Strategy.Groups = append(st.Strategy.Groups, gs)
 	}
 	return readResume(v, clientKey+".optim_resume", st.Strategy.Groups)

@@ -190,7 +190,7 @@ func stageJSON(stage int, dtype string, subGroup int) string {
 	}
 	return fmt.Sprintf(`{
   "train_micro_batch_size_per_gpu": 2, "gradient_accumulation_steps": 2, "gradient_clipping": 1.0, %s
-  "optimizer": {"type": "AdamW", "params": {"torch_adam": true, "lr": 1e-3, "weight_decay": 0.01}},
+  "optimizer": {"type": "AdamW", "params": {"torch_adam": true, "lr": 1e-3, "betas": [0.9, 0.999], "weight_decay": 0.01}},
   "scheduler": {"type": "WarmupDecayLR", "params": {"total_num_steps": 10, "warmup_min_lr": 1e-4, "warmup_max_lr": 1e-3, "warmup_num_steps": 3, "warmup_type": "linear"}},
   "zero_optimization": {"stage": %d %s}
 }`, extra, stage, sg)
@@ -335,8 +335,8 @@ func TestMismatchExplained(t *testing.T) {
 		world int
 		want  string
 	}{
-		{strings.Replace(stageJSON(2, "fp32", 0), `"optimizer": {"type": "AdamW", "params": {"torch_adam": true,`, `"zero_allow_untested_optimizer": true, "optimizer": {"type": "SGD", "params": {`, 1), 2, "use the optimizer the checkpoint was trained with"},
-		{strings.Replace(stageJSON(1, "fp32", 0), `"optimizer": {"type": "AdamW", "params": {"torch_adam": true,`, `"zero_allow_untested_optimizer": true, "optimizer": {"type": "SGD", "params": {`, 1), 3, "use the optimizer the checkpoint was trained with"},
+		{strings.Replace(stageJSON(2, "fp32", 0), `"optimizer": {"type": "AdamW", "params": {"torch_adam": true, "lr": 1e-3, "betas": [0.9, 0.999],`, `"zero_allow_untested_optimizer": true, "optimizer": {"type": "SGD", "params": {"lr": 1e-3,`, 1), 2, "use the optimizer the checkpoint was trained with"},
+		{strings.Replace(stageJSON(1, "fp32", 0), `"optimizer": {"type": "AdamW", "params": {"torch_adam": true, "lr": 1e-3, "betas": [0.9, 0.999],`, `"zero_allow_untested_optimizer": true, "optimizer": {"type": "SGD", "params": {"lr": 1e-3,`, 1), 3, "use the optimizer the checkpoint was trained with"},
 	} {
 		plan, err := ztest.Plan(tc.js, tc.world)
 		if err != nil {

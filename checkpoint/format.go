@@ -2,8 +2,10 @@ package checkpoint
 
 import (
 	"fmt"
+	"math"
 	"strings"
 
+	"github.com/dszero/dszero/dsconfig"
 	"github.com/dszero/dszero/half"
 	"github.com/dszero/dszero/internal/zcore"
 	"github.com/dszero/dszero/model"
@@ -41,7 +43,28 @@ func shape64(s []int) []int64 {
 
 // lossScaler is DeepSpeed's pickled LossScaler.
 func lossScaler(st zero.State) *ptfile.Object {
-	return dsObject("deepspeed.runtime.fp16.loss_scaler", "LossScaler", dict("cur_scale", st.Scaler.CurScale, "dynamic", st.Dynamic))
+	c := st.ScalerConfig
+	if !st.Dynamic || c == nil {
+		return dsObject("deepspeed.runtime.fp16.loss_scaler", "LossScaler", dict("cur_scale", st.Scaler.CurScale, "dynamic", st.Dynamic))
+	}
+	// DynamicLossScaler's attributes, in __init__'s order; DeepSpeed's
+	// load_state_dict adopts the unpickled object as the run's scaler.
+	return dsObject("deepspeed.runtime.fp16.loss_scaler", "DynamicLossScaler", dict(
+		"cur_scale", st.Scaler.CurScale, "dynamic", true,
+		"cur_iter", int64(st.Scaler.CurIter), "last_overflow_iter", int64(st.Scaler.LastOverflowIter),
+		"scale_factor", c.ScaleFactor, "scale_window", int64(c.ScaleWindow), "min_scale", pyNumber(c.MinScale),
+		"delayed_shift", int64(c.DelayedShift), "cur_hysteresis", int64(st.Scaler.CurHysteresis),
+		"consecutive_hysteresis", c.ConsecutiveHysteresis, "raise_error_at_min_scale", c.RaiseErrorAtMinScale,
+		"dtype", ptfile.Float16))
+}
+
+// pyNumber is x as Python keeps a number read from JSON: an int when
+// integral.
+func pyNumber(x float64) any {
+	if x == math.Trunc(x) && math.Abs(x) < 1<<53 {
+		return int64(x)
+	}
+	return x
 }
 
 // clientState is what an exact resume needs beyond DeepSpeed's keys.
@@ -71,13 +94,25 @@ func torchState(o zcore.OptimState, lo, hi int, shape []int64) *ptfile.Dict {
 	return d
 }
 
-// paramGroup is the optimizer's param_groups entry, params 0..n-1.
-func paramGroup(o zcore.OptimState, n int) *ptfile.Dict {
+// betasTuple says the param group's betas are a Python tuple: the
+// optimizer's default, or OneCycle's cycled momentum; betas from the
+// config stay the list JSON gave.
+func betasTuple(plan dsconfig.Plan) bool {
+	return !plan.Optimizer.BetasGiven || (plan.Scheduler.Type == "OneCycle" && plan.Scheduler.CycleMomentum)
+}
+
+// paramGroup is the optimizer's param_groups entry, params 0..n-1, with
+// betas a tuple when tuple is set.
+func paramGroup(o zcore.OptimState, n int, tuple bool) *ptfile.Dict {
 	d := ptfile.NewDict()
 	for _, k := range []string{"lr", "betas", "eps", "weight_decay", "amsgrad", "foreach", "maximize", "capturable", "differentiable", "fused",
 		"momentum", "dampening", "nesterov", "lr_decay", "initial_accumulator_value", "bias_correction", "max_grad_norm", "max_coeff", "min_coeff", "step"} {
 		if v, ok := o.Group[k]; ok {
-			d.Set(k, pyValue(v))
+			pv := pyValue(v)
+			if l, isList := pv.(ptfile.List); isList && k == "betas" && tuple {
+				pv = ptfile.Tuple(l)
+			}
+			d.Set(k, pv)
 		}
 	}
 	params := make(ptfile.List, n)
@@ -178,7 +213,7 @@ func modelStates(e *zero.Engine, st zero.State, l *model.Layout, work []float32,
 		for i, sp := range l.Specs {
 			state.Set(i, torchState(g.Optim, sp.Offset, sp.Offset+sp.Numel, shape64(sp.Shape)))
 		}
-		d.Set("optimizer", dict("state", state, "param_groups", ptfile.List{paramGroup(g.Optim, len(l.Specs))}))
+		d.Set("optimizer", dict("state", state, "param_groups", ptfile.List{paramGroup(g.Optim, len(l.Specs), betasTuple(plan))}))
 		d.Set("param_shapes", nil)
 		if dtype != "fp32" {
 			master16 = g.Master
@@ -236,7 +271,7 @@ func optimStates(e *zero.Engine, st zero.State, l *model.Layout, dsConfig any) *
 	plan := e.Plan()
 	ss := st.Strategy
 	if partitionedStage0(ss.Stage, plan.Precision.DType) {
-		return withResume(dict("optimizer_state_dict", bf16OptimizerState(ss, l, plan.GradientClipping), "ds_config", dsConfig, "ds_version", DSVersion), ss.Groups)
+		return withResume(dict("optimizer_state_dict", bf16OptimizerState(ss, l, plan), "ds_config", dsConfig, "ds_version", DSVersion), ss.Groups)
 	}
 	common := func(d *ptfile.Dict) {
 		d.Set("loss_scaler", lossScaler(st))
@@ -256,12 +291,12 @@ func optimStates(e *zero.Engine, st zero.State, l *model.Layout, dsConfig any) *
 			state.Set(g, torchState(gs.Optim, 0, n, []int64{int64(n)}))
 			flats = append(flats, ptfile.FromFloat32([]int64{int64(n)}, gs.Master))
 		}
-		osd.Set("optimizer_state_dict", dict("state", state, "param_groups", ptfile.List{paramGroup(ss.Groups[0].Optim, len(ss.Groups))}))
+		osd.Set("optimizer_state_dict", dict("state", state, "param_groups", ptfile.List{paramGroup(ss.Groups[0].Optim, len(ss.Groups), betasTuple(plan))}))
 		osd.Set("fp32_flat_groups", flats)
 	} else {
 		common(osd)
 		g := ss.Groups[0]
-		partitionState(osd, g, 0, len(g.Master), l, ss, plan.GradientClipping, plan.Zero.RoundRobinGradients, enum)
+		partitionState(osd, g, 0, len(g.Master), l, ss, plan.GradientClipping, plan.Zero.RoundRobinGradients, betasTuple(plan), enum)
 	}
 	return withResume(dict("optimizer_state_dict", osd, "ds_config", dsConfig, "ds_version", DSVersion), ss.Groups)
 }
@@ -327,31 +362,45 @@ func readResume(v any, path string, gs []zcore.GroupState) error {
 	return nil
 }
 
+// padOptim is o's state over elements [lo, hi) followed by pad zeros.
+func padOptim(o zcore.OptimState, lo, hi, pad int) zcore.OptimState {
+	p := o
+	p.State = make(map[string][]float32, len(o.State))
+	for k, v := range o.State {
+		p.State[k] = append(append(make([]float32, 0, hi-lo+pad), v[lo:hi]...), make([]float32, pad)...)
+	}
+	return p
+}
+
 // bf16OptimizerState is DeepSpeed's BF16_Optimizer state at stage 0: the
 // rank's stage-1 partition of the whole fp32 master and optimizer state
 // every rank holds, without a loss scaler or zero_stage.
-func bf16OptimizerState(ss zcore.StrategyState, l *model.Layout, clip float64) *ptfile.Dict {
+func bf16OptimizerState(ss zcore.StrategyState, l *model.Layout, plan dsconfig.Plan) *ptfile.Dict {
 	flat, _ := zcore.FlatOrder(l, ss.World, false)
 	lo, _ := flat.Partition(ss.Rank)
 	osd := ptfile.NewDict()
-	partitionState(osd, ss.Groups[0], lo, lo+flat.SavedLen(ss.Rank), l, ss, clip, false, nil)
+	partitionState(osd, ss.Groups[0], lo, lo+flat.SavedLen(ss.Rank), l, ss, plan.GradientClipping, false, betasTuple(plan), nil)
 	return osd
 }
 
 // partitionState sets the keys of a stage-1/2 optimizer state (and
 // BF16_Optimizer's, with no enum) for the rank's partition, elements
 // [lo, hi) of g.
-func partitionState(osd *ptfile.Dict, g zcore.GroupState, lo, hi int, l *model.Layout, ss zcore.StrategyState, clip float64, roundRobin bool, enum *ptfile.Object) {
+func partitionState(osd *ptfile.Dict, g zcore.GroupState, lo, hi int, l *model.Layout, ss zcore.StrategyState, clip float64, roundRobin, tuple bool, enum *ptfile.Object) {
 	n := hi - lo
+	flat, order := zcore.FlatOrder(l, ss.World, roundRobin)
+	pad := flat.PartitionSize - flat.SavedLen(ss.Rank)
 	osd.Set("clip_grad", clip)
-	osd.Set("base_optimizer_state", dict("state", dict(0, torchState(g.Optim, lo, hi, []int64{int64(n)})),
-		"param_groups", ptfile.List{paramGroup(g.Optim, 1)}))
+	// The base optimizer's state is saved whole, padding included (its
+	// state_dict(), elastic_checkpoint being off); the fp32 partition
+	// without it. The padding's state is zero: it never has a gradient.
+	osd.Set("base_optimizer_state", dict("state", dict(0, torchState(padOptim(g.Optim, lo, hi, pad), 0, n+pad, []int64{int64(n + pad)})),
+		"param_groups", ptfile.List{paramGroup(g.Optim, 1, tuple)}))
 	osd.Set("single_partition_of_fp32_groups", ptfile.List{ptfile.FromFloat32([]int64{int64(n)}, g.Master[lo:hi])})
 	if enum != nil {
 		osd.Set("zero_stage", enum)
 	}
-	flat, order := zcore.FlatOrder(l, ss.World, roundRobin)
-	osd.Set("group_paddings", ptfile.List{int64(flat.PartitionSize - flat.SavedLen(ss.Rank))})
+	osd.Set("group_paddings", ptfile.List{int64(pad)})
 	osd.Set("partition_count", ptfile.List{int64(ss.World)})
 	osd.Set("ds_version", DSVersion)
 	maps := ptfile.NewOrderedDict()

@@ -228,10 +228,24 @@ func matchNode(n *Node, v any, path string, top bool) error {
 				return err
 			}
 		}
-	case "list":
-		l, ok := v.(ptfile.List)
-		if !ok || len(l) != n.Len {
-			return fail("got %s of %v", ptfile.TypeName(v), v)
+	case "list", "tuple":
+		var l []any
+		switch x := v.(type) {
+		case ptfile.List:
+			l = x
+			if n.Type != "list" {
+				return fail("got list %v", v)
+			}
+		case ptfile.Tuple:
+			l = x
+			if n.Type != "tuple" {
+				return fail("got tuple %v", v)
+			}
+		default:
+			return fail("got %s", ptfile.TypeName(v))
+		}
+		if len(l) != n.Len {
+			return fail("got %d items: %v", len(l), v)
 		}
 		var items []*Node
 		json.Unmarshal(n.Items, &items)

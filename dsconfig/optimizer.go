@@ -244,6 +244,7 @@ func (c *compiler) adamParams(pb *block, defWD, defLR float64, defBetas [2]float
 	o := &c.plan.Optimizer
 	o.LR = pb.get("lr").Float(defLR)
 	o.Betas = c.betas(pb, defBetas)
+	o.BetasGiven = pb.get("betas").v != nil
 	if defEps != 0 {
 		o.Eps = pb.get("eps").Float(defEps)
 	}

@@ -208,8 +208,11 @@ type Optimizer struct {
 	// "FusedAdam", "DeepSpeedCPUAdam", "FusedLamb", "torch.optim.SGD", ...
 	Impl string
 
-	LR             float64
-	Betas          [2]float64
+	LR    float64
+	Betas [2]float64
+	// BetasGiven says the params set betas. Python keeps the config's
+	// list; the optimizers' defaults are tuples (as checkpoints show).
+	BetasGiven     bool
 	Eps            float64
 	WeightDecay    float64
 	BiasCorrection bool

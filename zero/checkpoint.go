@@ -24,9 +24,13 @@ type StrategyState = zcore.StrategyState
 // bit-identical to uninterrupted training. The data position follows from
 // GlobalSteps (the training loop's batches are indexed by step).
 type State struct {
-	Strategy     zcore.StrategyState
-	Scaler       lossscale.State
-	Dynamic      bool           // the loss scale is dynamic (fp16)
+	Strategy zcore.StrategyState
+	Scaler   lossscale.State
+	Dynamic  bool // the loss scale is dynamic (fp16)
+	// ScalerConfig is the dynamic loss scaler's parameters under ZeRO (what
+	// DeepSpeed pickles with its DynamicLossScaler); nil otherwise. Export
+	// only: loading takes them from the config.
+	ScalerConfig *lossscale.Config
 	Scheduler    map[string]any // the lr scheduler's state dict; nil without a scheduler
 	GlobalSteps  int64          // optimizer steps taken, skipped ones included
 	SkippedSteps int64
@@ -48,6 +52,10 @@ func (e *Engine) ExportState() (State, error) {
 	s := State{Strategy: st, Scaler: e.scaler.State(), Dynamic: e.scaler.Dynamic(), GlobalSteps: e.globalSteps, SkippedSteps: e.skippedSteps}
 	if e.sched != nil {
 		s.Scheduler = e.sched.StateDict()
+	}
+	if d, ok := e.scaler.(*lossscale.Dynamic); ok {
+		c := d.Config()
+		s.ScalerConfig = &c
 	}
 	return s, nil
 }
