@@ -87,6 +87,11 @@
 //		s.Write(key(i), cur.Buffer()) // written while i+1 steps
 //	}
 //
+// A caller that reads ahead further (stage 3's parameter read-ahead along
+// its trace) holds at most BufferCount − 1 buffers, so that SwapIn and
+// SwapOut always find one, and can tell with Handle.Done whether a read
+// landed before it was needed.
+//
 // SwapOut and SwapIn are the same with a copy through a pool buffer, for
 // slices that are not swap buffers. Acquire waits while buffers are in
 // flight; when every buffer is held by callers it fails with ErrNoBuffer

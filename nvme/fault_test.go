@@ -167,3 +167,41 @@ func TestQueueDepth(t *testing.T) {
 		}
 	}
 }
+
+// TestHandleDone: Done tells a read still in flight (a slow disk) from
+// one that has landed, without blocking, and BufferCount is the pool a
+// prefetcher must leave one buffer of.
+func TestHandleDone(t *testing.T) {
+	s, _ := faultSwapper(t, Fault{Ops: OpRead, Path: "slow", Delay: 50 * time.Millisecond})
+	if got := s.BufferCount(); got != 4 {
+		t.Errorf("BufferCount = %d, want buffer_count 4", got)
+	}
+	for _, key := range []string{"slow", "fast"} {
+		if err := s.SwapOut(key, []float32{1, 2, 3}).Wait(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	slow, err := s.Prefetch("slow")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if slow.Done() {
+		t.Errorf("a read delayed 50ms is done at once")
+	}
+	fast, err := s.Prefetch("fast")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, h := range []*Handle{slow, fast} {
+		if err := h.Wait(); err != nil {
+			t.Fatal(err)
+		}
+		if !h.Done() {
+			t.Errorf("Done is false after Wait returned")
+		}
+		if got := h.Buffer().F32(); len(got) != 3 || got[2] != 3 {
+			t.Errorf("read %v, want [1 2 3]", got)
+		}
+		s.Release(h.Buffer())
+	}
+}

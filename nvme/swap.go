@@ -38,6 +38,18 @@ func (h *Handle) Wait() error {
 	return h.err
 }
 
+// Done reports, without blocking, whether the swap has completed: Wait
+// would return at once. A prefetcher uses it to count the reads that
+// landed before they were needed.
+func (h *Handle) Done() bool {
+	select {
+	case <-h.done:
+		return true
+	default:
+		return false
+	}
+}
+
 // Buffer is the buffer a Read or Prefetch fills: the caller's to use once
 // Wait returns, and to Release, whether or not the read succeeded. It is
 // nil for the other swaps.

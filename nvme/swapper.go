@@ -241,6 +241,12 @@ func (s *Swapper) Dir() string { return s.dir }
 // BufferBytes is the capacity of one swap buffer.
 func (s *Swapper) BufferBytes() int { return int(s.bufBytes) }
 
+// BufferCount is the number of swap buffers in the pool (buffer_count).
+// A caller that holds buffers across calls (reads ahead with Prefetch)
+// should hold fewer than all of them, so that SwapIn and SwapOut always
+// find one.
+func (s *Swapper) BufferCount() int { return len(s.bufs) }
+
 // Stats returns what the swapper has done so far.
 func (s *Swapper) Stats() Stats {
 	s.mu.Lock()

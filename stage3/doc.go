@@ -72,9 +72,16 @@
 // others stay on the device with an optimizer of their own (DeepSpeed's
 // backup torch AdamW; see PartialOffload). With Swap and ParamSwap they
 // rest in swap files (offload nvme, package nvme): a sub-group's master
-// and optimizer state are read in for its step and written back, a
-// parameter partition is read straight into its unit's all-gather and
-// written after the step.
+// and optimizer state are read in for its step and written back (the next
+// sub-group read while one steps), a parameter partition is read into its
+// unit's all-gather and written after the step. With a trace the
+// parameter partitions are read ahead (readahead.go, DeepSpeed's
+// AsyncPartitionedParameterSwapper): the next groups' reads start into
+// the swapper's buffers — at most offload_param.buffer_count − 1 of them,
+// within twice stage3_prefetch_bucket_size elements — while the current
+// unit computes, and the gather waits for its read instead of reading
+// then; a failed read fails that gather, naming the file. Waits counts
+// the reads, those read ahead and those that had landed.
 //
 // The step, per DeepSpeedZeroOptimizer_Stage3.step: the overflow check
 // (fp16); per sub-group the float64 norms of its parameters' gradient

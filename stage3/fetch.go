@@ -324,11 +324,13 @@ func (f *fetcher) release(g int) {
 	s.o.Acct.Release(mem.Gathered, mem.Device, 4*int64(n))
 }
 
-// begin starts a pass (the first hook of a forward).
+// begin starts a pass (the first hook of a forward): with a trace, the
+// partitions of its first groups are read ahead from their swap files.
 func (f *fetcher) begin() {
 	f.inPass = true
 	f.pos = 0
 	f.rec = f.rec[:0]
+	f.readAhead(0)
 }
 
 // need makes group g gathered for a hook: it follows (or records) the
@@ -370,7 +372,10 @@ func (f *fetcher) need(g int) error {
 		}
 	}
 	if f.complete {
-		return f.prefetch()
+		if err := f.prefetch(); err != nil {
+			return err
+		}
+		f.readAhead(f.pos)
 	}
 	return nil
 }
@@ -450,6 +455,7 @@ func (f *fetcher) end() error {
 		f.state[g].holds = 0
 		f.release(g)
 	}
+	f.s.dropAllAhead()
 	f.inPass = false
 	f.passes++
 	if first != nil {
@@ -489,6 +495,7 @@ func (f *fetcher) adopt() error {
 
 func (f *fetcher) invalidate(msg string) {
 	f.complete = false
+	f.s.dropAllAhead()
 	if w := f.s.c.Warn; w != nil {
 		w(msg)
 	}

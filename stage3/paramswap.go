@@ -2,22 +2,32 @@ package stage3
 
 import (
 	"fmt"
+	"time"
 
 	"github.com/dszero/dszero/internal/zcore"
 	"github.com/dszero/dszero/nvme"
 )
 
 // paramSwap keeps the parameter partitions in swap files
-// (offload_param nvme, ZeRO-Infinity): one file per parameter, read
-// straight into the all-gather when its unit is gathered and written
-// after each step. The partitions of persistent parameters stay in
-// memory. work, the rank-local buffer of every partition, is then a
-// zcore.Pages whose non-persistent ranges are resident only while they
-// are initialized or updated.
+// (offload_param nvme, ZeRO-Infinity): one file per parameter, read into
+// the all-gather when its unit is gathered — read ahead along the trace
+// when there is one (readahead.go) — and written after each step. The
+// partitions of persistent parameters stay in memory. work, the
+// rank-local buffer of every partition, is then a zcore.Pages whose
+// non-persistent ranges are resident only while they are initialized or
+// updated.
 type paramSwap struct {
 	sw    *nvme.Swapper
 	pages *zcore.Pages
 	hs    []*nvme.Handle
+
+	// Reads ahead: per parameter, the read of its partition into a pool
+	// buffer the stage holds (nil: none); held of them at once, at most
+	// limit (buffer_count − 1, so that SwapIn and SwapOut always find a
+	// buffer; 0 with NoParamReadAhead).
+	ahead []*nvme.Handle
+	held  int
+	limit int
 }
 
 func paramKey(i int) string { return fmt.Sprintf("param%d", i) }
@@ -31,6 +41,7 @@ func (s *Strategy) swapOutParams(first, last int) error {
 		if s.persist[i] {
 			continue
 		}
+		s.dropAhead(i) // read before this write: it would hold the old values
 		off := s.lay.Offsets[i]
 		ps.hs = append(ps.hs, ps.sw.SwapOut(paramKey(i), s.work[off:off+s.lay.PartitionSizes[i]]))
 	}
@@ -47,15 +58,45 @@ func (s *Strategy) swapOutParams(first, last int) error {
 }
 
 // readPartition puts the rank's partition of parameter i into dst: from
-// memory, or from its swap file.
+// memory, or from its swap file — from the read started ahead of this
+// gather when there is one (its error, naming the file, is returned
+// here), else read now.
 func (s *Strategy) readPartition(i int, dst []float32) error {
 	off := s.lay.Offsets[i]
 	if s.pswap == nil || s.persist[i] {
 		copy(dst, s.work[off:off+len(dst)])
 		return nil
 	}
-	if err := s.pswap.sw.SwapIn(paramKey(i), dst).Wait(); err != nil {
-		return fmt.Errorf("stage 3: reading the partition of %s: %w", s.l.Specs[i].Name, err)
+	ps := s.pswap
+	s.waits.Reads++
+	t0 := time.Now()
+	h := ps.ahead[i]
+	if h == nil {
+		err := ps.sw.SwapIn(paramKey(i), dst).Wait()
+		s.waits.Read += time.Since(t0)
+		if err != nil {
+			return fmt.Errorf("stage 3: reading the partition of %s: %w", s.l.Specs[i].Name, err)
+		}
+		return nil
+	}
+	ps.ahead[i] = nil
+	ps.held--
+	s.waits.ReadsAhead++
+	if h.Done() {
+		s.waits.ReadsReady++
+	}
+	err := h.Wait()
+	s.waits.Read += time.Since(t0)
+	b := h.Buffer()
+	if err == nil && b.Len() != 4*len(dst) {
+		err = fmt.Errorf("its file holds %d bytes, the partition %d elements", b.Len(), len(dst))
+	}
+	if err == nil {
+		copy(dst, b.F32())
+	}
+	ps.sw.Release(b)
+	if err != nil {
+		return fmt.Errorf("stage 3: reading the partition of %s (read ahead of its gather): %w", s.l.Specs[i].Name, err)
 	}
 	return nil
 }
@@ -78,10 +119,23 @@ func (s *Strategy) initParamSwap() error {
 		return fmt.Errorf("stage 3: parameter swap files: %w", err)
 	}
 	s.pswap.sw = sw
+	if !s.c.NoParamReadAhead {
+		s.pswap.limit = sw.BufferCount() - 1
+	}
 	return s.swapOutParams(0, len(s.l.Specs)-1)
 }
 
+// close waits for the reads ahead, hands their buffers back, and closes
+// the swapper.
 func (ps *paramSwap) close() {
+	for i, h := range ps.ahead {
+		if h != nil {
+			h.Wait()
+			ps.sw.Release(h.Buffer())
+			ps.ahead[i] = nil
+		}
+	}
+	ps.held = 0
 	if ps.sw != nil {
 		ps.sw.Close()
 		ps.sw = nil

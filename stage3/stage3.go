@@ -77,6 +77,12 @@ type Config struct {
 	// given the largest partition's and all the files' bytes. The strategy
 	// closes it.
 	ParamSwap func(largestBytes, totalBytes int64) (*nvme.Swapper, error)
+	// NoParamReadAhead turns off reading parameter partitions ahead of
+	// their gathers (with ParamSwap and a trace; see the package doc):
+	// each partition is then read when its unit's gather is issued, as
+	// in the first pass. The engine leaves it false; tests and benchmarks
+	// set it to compare.
+	NoParamReadAhead bool
 	// HPZ, for ZeRO++ hierarchical partitioning (zero_hpz_partition_size),
 	// is the rank's group: backward gathers each unit from the secondary
 	// partitions kept within it in forward. Nil: none.
@@ -196,7 +202,7 @@ func New(o zcore.Options, c Config) (_ *Strategy, err error) {
 	if c.ParamSwap != nil {
 		// On NVMe (the swapper accounts the files): work is resident only
 		// where it is being written.
-		s.pswap = &paramSwap{}
+		s.pswap = &paramSwap{ahead: make([]*nvme.Handle, len(s.l.Specs))}
 		if s.pswap.pages, err = zcore.NewPages(n); err != nil {
 			return nil, fmt.Errorf("stage 3: parameter partitions: %w", err)
 		}
@@ -296,13 +302,22 @@ func (s *Strategy) initPartitions() error {
 }
 
 // Waits is where a rank's compute thread waited for stage 3's
-// collectives, and how many gathers it issued: with prefetch and
-// overlap_comm the collectives run while the model computes, and the waits
-// shrink (wall_clock_breakdown shows them).
+// collectives and parameter reads, and how many gathers and reads it
+// issued: with prefetch and overlap_comm the collectives run while the
+// model computes, with offload_param nvme the partitions are read ahead,
+// and the waits shrink (wall_clock_breakdown shows them).
 type Waits struct {
 	Gather, Reduce time.Duration // blocked on all-gathers / reduce-scatters
 	Gathers        int           // units gathered
 	Prefetched     int           // of them, issued ahead by the trace
+
+	// With offload_param nvme: the parameter partitions read from their
+	// swap files for gathers.
+	Read        time.Duration // blocked on those reads
+	Reads       int           // partitions read for gathers
+	ReadsAhead  int           // of them, started ahead by the trace
+	ReadsReady  int           // of those, already landed when their gather came
+	ReadsUnused int           // reads ahead that no gather used (dropped at the end of a pass, a trace departure, a write)
 }
 
 // TakeWaits returns the waits since the last call and starts counting
@@ -483,6 +498,9 @@ func (s *Strategy) step(in zcore.StepInput) (zcore.StepResult, error) {
 	if err := s.f.gatherPersistent(); err != nil {
 		return zcore.StepResult{}, err
 	}
+	// The next pass's first units are read from the files just written
+	// (a read issued after a write reads what it wrote).
+	s.f.readAhead(0)
 	return zcore.StepResult{GradNorm: total / in.LossScale}, nil
 }
 
