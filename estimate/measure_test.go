@@ -9,6 +9,7 @@ import (
 	"github.com/dszero/dszero/data"
 	"github.com/dszero/dszero/dsconfig"
 	"github.com/dszero/dszero/mem"
+	"github.com/dszero/dszero/model"
 	"github.com/dszero/dszero/model/gpt"
 	"github.com/dszero/dszero/train"
 	"github.com/google/go-cmp/cmp"
@@ -113,20 +114,7 @@ func TestEstimateMeasured(t *testing.T) {
 							}
 						}
 					}
-					loader, err := data.NewLoader(data.Random(cfg.Vocab, 1<<12, 1), data.Layout{B: B, T: T, GAS: 2, World: world})
-					if err != nil {
-						t.Fatal(err)
-					}
-					devs := make([]train.Device, world)
-					for i := range devs {
-						devs[i] = train.Device{Acct: mem.NewAccountant(i), Gemm: gemm}
-					}
-					if _, err := train.Run(train.Config{Plan: plan, Model: cfg, Seed: 1, Batches: loader, SeqLen: T, Steps: 1,
-						Devices: devs, Workers: 1}, func(train.Record) error { return nil }); err != nil {
-						t.Fatal(err)
-					}
-					for rank, d := range devs {
-						s := d.Acct.Snapshot()
+					for rank, s := range trainOneStep(t, plan, cfg, gemm, B, T) {
 						got := map[string]int64{}
 						for _, c := range mem.Categories() {
 							if v := s.PeakBytes(mem.Device, c); v > 0 {
@@ -176,20 +164,7 @@ func TestEstimateMeasuredPartialOffload(t *testing.T) {
 					want[l.Category.String()+"/"+l.Tier.String()] += l.Bytes
 				}
 			}
-			loader, err := data.NewLoader(data.Random(cfg.Vocab, 1<<12, 1), data.Layout{B: B, T: T, GAS: 1, World: world})
-			if err != nil {
-				t.Fatal(err)
-			}
-			devs := make([]train.Device, world)
-			for i := range devs {
-				devs[i] = train.Device{Acct: mem.NewAccountant(i), Gemm: gemm}
-			}
-			if _, err := train.Run(train.Config{Plan: plan, Model: cfg, Seed: 1, Batches: loader, SeqLen: T, Steps: 1,
-				Devices: devs, Workers: 1}, func(train.Record) error { return nil }); err != nil {
-				t.Fatal(err)
-			}
-			for rank, d := range devs {
-				s := d.Acct.Snapshot()
+			for rank, s := range trainOneStep(t, plan, cfg, gemm, B, T) {
 				got := map[string]int64{}
 				for _, c := range states {
 					for _, tr := range mem.Tiers() {
@@ -205,4 +180,29 @@ func TestEstimateMeasuredPartialOffload(t *testing.T) {
 			t.Logf("ratio %g: %v", ratio, want)
 		})
 	}
+}
+
+// trainOneStep trains cfg one step under plan on its world of in-process
+// ranks, micro-batches of B samples of T tokens, and returns each rank's
+// accountant snapshot.
+func trainOneStep(t *testing.T, plan dsconfig.Plan, cfg gpt.Config, gemm model.Gemmer, B, T int) []mem.Snapshot {
+	t.Helper()
+	world := plan.WorldSize
+	loader, err := data.NewLoader(data.Random(cfg.Vocab, 1<<12, 1), data.Layout{B: B, T: T, GAS: int(plan.Batch.GradientAccumulationSteps), World: world})
+	if err != nil {
+		t.Fatal(err)
+	}
+	devs := make([]train.Device, world)
+	for i := range devs {
+		devs[i] = train.Device{Acct: mem.NewAccountant(i), Gemm: gemm}
+	}
+	if _, err := train.Run(train.Config{Plan: plan, Model: cfg, Seed: 1, Batches: loader, SeqLen: T, Steps: 1,
+		Devices: devs, Workers: 1}, func(train.Record) error { return nil }); err != nil {
+		t.Fatal(err)
+	}
+	snaps := make([]mem.Snapshot, world)
+	for i, d := range devs {
+		snaps[i] = d.Acct.Snapshot()
+	}
+	return snaps
 }
