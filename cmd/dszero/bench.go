@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"runtime/debug"
 	"slices"
 	"strconv"
 	"strings"
@@ -152,6 +153,9 @@ func runBench(args []string, stdout, stderr io.Writer) int {
 			}
 			row := benchOne(base, st, off, nvmeDir, *nproc, *micro, *seq, *steps, budget, mc, gemm, corpus, &layout)
 			rep.Variants = append(rep.Variants, row)
+			// Hand the variant's buffers back to the OS before the next one,
+			// so that the process's peak is one variant's, not their sum.
+			debug.FreeOSMemory()
 			fmt.Fprintf(stderr, "dszero bench: %s: %s\n", row.Variant, row.Status)
 		}
 	}
