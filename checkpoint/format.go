@@ -276,7 +276,7 @@ func optimStates(e *zero.Engine, st zero.State, l *model.Layout, dsConfig any) *
 	common := func(d *ptfile.Dict) {
 		d.Set("loss_scaler", lossScaler(st))
 		d.Set("dynamic_loss_scale", st.Dynamic)
-		d.Set("overflow", false)
+		d.Set("overflow", st.Overflow)
 	}
 	enum := &ptfile.Object{Module: "deepspeed.runtime.zero.config", Name: "ZeroStageEnum", Kind: ptfile.EnumMember, Attr: stageEnum[ss.Stage]}
 	osd := ptfile.NewDict()

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"math"
 	"os"
 	"path/filepath"
 	"slices"
@@ -42,6 +43,9 @@ type Node struct {
 	Shape []int64         `json:"shape"`
 	Len   int             `json:"len"`
 	Items json.RawMessage `json:"items"` // dict: {key: Node}; list: [Node] (absent for long lists)
+	// Value is a scalar's value (and a one-element tensor's), compared
+	// too: counters, learning rates, loss-scaler state.
+	Value json.RawMessage `json:"value"`
 }
 
 // ReadRecord reads a checkpoint.json.
@@ -87,11 +91,20 @@ func (m Match) OK() bool {
 	return len(m.Missing) == 0 && len(m.Extra) == 0 && len(m.Diffs) == 0 && m.Files > 0
 }
 
+// MatchOptions tune Match.
+type MatchOptions struct {
+	// Skip are recorded root files that dszero never writes (DeepSpeed's
+	// copy of its own zero_to_fp32.py script): neither compared nor
+	// missing.
+	Skip []string
+	// StructureOnly leaves the recorded scalar values out: for a
+	// checkpoint of another run than the recorded one.
+	StructureOnly bool
+}
+
 // Match compares checkpoint dir/tag, and dir's root files, with the record
-// (whose described tag may be named otherwise). Recorded root files that
-// dszero never writes are listed in skip (DeepSpeed's copy of its own
-// zero_to_fp32.py script) and are neither compared nor missing.
-func (r *Record) Match(dir, tag string, skip ...string) (Match, error) {
+// (whose described tag may be named otherwise).
+func (r *Record) Match(dir, tag string, o MatchOptions) (Match, error) {
 	var m Match
 	seen := map[string]bool{}
 	for _, f := range r.Files {
@@ -112,7 +125,7 @@ func (r *Record) Match(dir, tag string, skip ...string) (Match, error) {
 			if err != nil {
 				return m, err
 			}
-			if err := matchNode(f.Content, v, name, true); err != nil {
+			if err := matchNode(f.Content, v, name, true, !o.StructureOnly); err != nil {
 				m.Diffs = append(m.Diffs, err.Error())
 				continue
 			}
@@ -120,7 +133,7 @@ func (r *Record) Match(dir, tag string, skip ...string) (Match, error) {
 				m.Client = appendNew(m.Client, clientKeys(f.Content)...)
 			}
 			m.Files++
-		case strings.Contains(f.Path, "/"), slices.Contains(skip, f.Path):
+		case strings.Contains(f.Path, "/"), slices.Contains(o.Skip, f.Path):
 			// another tag's files, or skipped
 		case f.Path == "latest":
 			b, err := os.ReadFile(filepath.Join(dir, "latest"))
@@ -176,10 +189,11 @@ func appendNew(xs []string, ys ...string) []string {
 }
 
 // matchNode compares a value with a recorded node: types, dict keys, list
-// lengths, tensor dtypes and shapes (not values). ds_config's contents are
+// lengths, tensor dtypes and shapes, and the recorded scalar values (not
+// tensors' contents). ds_config's contents are
 // the run's own; at the top of a model-states file (top), keys outside
 // DeepSpeed's own are client state on either side.
-func matchNode(n *Node, v any, path string, top bool) error {
+func matchNode(n *Node, v any, path string, top, values bool) error {
 	fail := func(f string, a ...any) error {
 		return fmt.Errorf("%s: recorded %s: %s", path, n.Type, fmt.Sprintf(f, a...))
 	}
@@ -188,6 +202,15 @@ func matchNode(n *Node, v any, path string, top bool) error {
 		t, ok := v.(*ptfile.Tensor)
 		if !ok || t.DType.String() != n.DType || fmt.Sprint(t.Shape) != fmt.Sprint(n.Shape) {
 			return fail("%s %v, got %s", n.DType, n.Shape, ptfile.TypeName(v)+" "+fmt.Sprint(v))
+		}
+		if values && len(n.Value) > 0 && t.Numel() == 1 {
+			x, err := t.Float32s()
+			if err != nil {
+				return fail("%v", err)
+			}
+			if err := matchValue(n, float64(x[0])); err != nil {
+				return fail("%v", err)
+			}
 		}
 	case "dict", "OrderedDict":
 		d, ok := v.(*ptfile.Dict)
@@ -224,7 +247,7 @@ func matchNode(n *Node, v any, path string, top bool) error {
 				continue
 			}
 			x, _ := d.Get(k)
-			if err := matchNode(c, x, path+"."+fmt.Sprint(k), false); err != nil {
+			if err := matchNode(c, x, path+"."+fmt.Sprint(k), false, values); err != nil {
 				return err
 			}
 		}
@@ -250,7 +273,7 @@ func matchNode(n *Node, v any, path string, top bool) error {
 		var items []*Node
 		json.Unmarshal(n.Items, &items)
 		for i, c := range items {
-			if err := matchNode(c, l[i], fmt.Sprintf("%s[%d]", path, i), false); err != nil {
+			if err := matchNode(c, l[i], fmt.Sprintf("%s[%d]", path, i), false, values); err != nil {
 				return err
 			}
 		}
@@ -259,10 +282,49 @@ func matchNode(n *Node, v any, path string, top bool) error {
 		if got := ptfile.TypeName(v); got != want {
 			return fail("got %s", got)
 		}
+		if err := matchValue(n, v); values && err != nil && !strings.HasSuffix(path, "ds_version") {
+			return fail("%v", err)
+		}
 	default:
 		o, ok := v.(*ptfile.Object)
 		if !ok || !strings.HasSuffix(n.Type, " "+o.Class()) {
 			return fail("got %s", ptfile.TypeName(v))
+		}
+	}
+	return nil
+}
+
+// valueRel bounds the relative difference of recorded floats: DeepSpeed
+// computes them in Python floats, dszero in float64 with the same
+// formulas (learning rates, betas).
+const valueRel = 1e-12
+
+// matchValue compares a scalar with its recorded value, when recorded.
+func matchValue(n *Node, v any) error {
+	if len(n.Value) == 0 || string(n.Value) == "null" {
+		return nil
+	}
+	var want any
+	if err := json.Unmarshal(n.Value, &want); err != nil {
+		return nil // a value JSON cannot hold (inf, nan): not compared
+	}
+	switch w := want.(type) {
+	case float64:
+		var got float64
+		switch x := v.(type) {
+		case float64:
+			got = x
+		case int64:
+			got = float64(x)
+		default:
+			return fmt.Errorf("value %v, recorded %v", v, w)
+		}
+		if math.Abs(got-w) > valueRel*math.Abs(w) {
+			return fmt.Errorf("value %v, recorded %v", got, w)
+		}
+	case bool, string:
+		if v != want {
+			return fmt.Errorf("value %v, recorded %v", v, w)
 		}
 	}
 	return nil

@@ -95,7 +95,9 @@
 // step checkpoint.json describes (DeepSpeed's described_tag). Then:
 //
 //   - checkpoint: the described checkpoint must have every file DeepSpeed
-//     wrote, with the same keys, types, dtypes and shapes, and no file
+//     wrote, with the same keys, types, dtypes and shapes and the same
+//     recorded scalar values (counters, the param groups' lr and betas,
+//     the loss scaler's state; floats to 1e-12 relative), and no file
 //     DeepSpeed did not write (dszero's manifests aside). Keys DeepSpeed's
 //     engine does not write at the top of a model-states file are the
 //     recording run's client state and are not compared; DeepSpeed's copy

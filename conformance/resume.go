@@ -21,7 +21,8 @@ import (
 // of the case saves at the same steps; then:
 //
 //   - layout: dszero's last checkpoint has every file the record lists,
-//     with its keys, types, dtypes and shapes, and no other file
+//     with its keys, types, dtypes, shapes and scalar values (counters,
+//     learning rates, loss-scaler state), and no other file
 //     (checkpoint.Record.Match). DeepSpeed's copy of its zero_to_fp32.py
 //     script is the one file dszero does not write (`dszero export` does
 //     its work).
@@ -84,7 +85,7 @@ func checkLayout(rep *Report, rec *checkpoint.Record, step int, dir string) []st
 		rep.Checkpoint = fmt.Sprintf("not checked: the record is of step %d, the run has %d", step, rep.Steps)
 		return nil
 	}
-	m, err := rec.Match(dir, checkpoint.Tag(int64(step)), notWritten...)
+	m, err := rec.Match(dir, checkpoint.Tag(int64(step)), checkpoint.MatchOptions{Skip: notWritten})
 	if err != nil {
 		rep.Checkpoint = "error: " + err.Error()
 		return []string{"checkpoint layout: " + err.Error()}

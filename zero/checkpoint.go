@@ -34,6 +34,9 @@ type State struct {
 	Scheduler    map[string]any // the lr scheduler's state dict; nil without a scheduler
 	GlobalSteps  int64          // optimizer steps taken, skipped ones included
 	SkippedSteps int64
+	// Overflow says the last step overflowed and was skipped (what
+	// DeepSpeed's optimizer saves as "overflow"). Export only.
+	Overflow bool
 }
 
 // Plan is the plan the engine was built from.
@@ -49,9 +52,24 @@ func (e *Engine) ExportState() (State, error) {
 	if err != nil {
 		return State{}, err
 	}
-	s := State{Strategy: st, Scaler: e.scaler.State(), Dynamic: e.scaler.Dynamic(), GlobalSteps: e.globalSteps, SkippedSteps: e.skippedSteps}
+	s := State{Strategy: st, Scaler: e.scaler.State(), Dynamic: e.scaler.Dynamic(), GlobalSteps: e.globalSteps, SkippedSteps: e.skippedSteps, Overflow: e.overflow}
 	if e.sched != nil {
 		s.Scheduler = e.sched.StateDict()
+		// The optimizer's param group holds what the next step will use:
+		// DeepSpeed's scheduler has already stepped when it saves, and its
+		// load_checkpoint takes the next step's lr from the param group.
+		lr := e.sched.LR()
+		betas, cycled := e.sched.Betas()
+		for i := range s.Strategy.Groups {
+			g := &s.Strategy.Groups[i].Optim
+			if g.Group == nil {
+				continue
+			}
+			g.Group["lr"] = lr
+			if _, has := g.Group["betas"]; has && cycled {
+				g.Group["betas"] = []float64{betas[0], betas[1]}
+			}
+		}
 	}
 	if d, ok := e.scaler.(*lossscale.Dynamic); ok {
 		c := d.Config()

@@ -73,6 +73,7 @@ type Engine struct {
 	strategy Strategy
 	sched    lrsched.Scheduler // nil without a scheduler block
 	scaler   lossscale.Scaler
+	overflow bool // the last step overflowed (and was skipped)
 	pool     *optim.Pool
 	baseLR   float64
 
@@ -423,6 +424,7 @@ func (e *Engine) Step() (StepStats, error) {
 		return st, fmt.Errorf("step %d: %w", st.Step, err)
 	}
 	st.GradNorm, st.Skipped = res.GradNorm, res.Overflow
+	e.overflow = res.Overflow
 	if e.plan.Precision.DType == "fp16" {
 		if err := e.scaler.Update(res.Overflow); err != nil {
 			return st, fmt.Errorf("step %d: %w", st.Step, err)
