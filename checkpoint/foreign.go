@@ -42,10 +42,13 @@ func foreignManifest(path, dtype string) (manifest, error) {
 		return m, nil
 	}
 	_, optim := FileNames(1, 0, dtype)
-	v, err := ptfile.Read(filepath.Join(path, optim), ptfile.Options{DeepSpeed: true})
+	// Opened, not read: only the pickle is needed, not the tensors.
+	f, err := ptfile.Open(filepath.Join(path, optim), ptfile.Options{DeepSpeed: true})
 	if err != nil {
 		return m, fmt.Errorf("checkpoint %s: %w", path, err)
 	}
+	defer f.Close()
+	v := f.Root
 	zs, err := ptfile.Lookup(v, "optimizer_state_dict.zero_stage")
 	if err != nil {
 		if _, cerr := ptfile.Lookup(v, "optimizer_state_dict.clip_grad"); cerr == nil && dtype == "bf16" {
