@@ -119,6 +119,8 @@ type bufferInputs struct {
 	zero    dsconfig.Zero
 	persist []bool
 	bytes   int64
+	// keepAfterForward is stage 3 with FSDP's reshard_after_forward false.
+	keepAfterForward bool
 }
 
 // buffers are one rank's buffers besides the model states at stage.
@@ -162,7 +164,8 @@ func (in bufferInputs) buffers(stage int) []Line {
 	return out
 }
 
-// stage3 is stage 3's gathered parameters and gradient traffic.
+// stage3 is stage 3's gathered parameters and comm buffers at their
+// peaks, as ReplayStage3 finds them (with a layout).
 func (in bufferInputs) stage3() []Line {
 	z := in.zero
 	el := func(what string, c mem.Category, t mem.Tier, n int64) Line {
@@ -184,53 +187,47 @@ func (in bufferInputs) stage3() []Line {
 		out = append(out, el(fmt.Sprintf("gathered parameters: a layer (unknown with --params) + prefetch ≤ %s", num(prefetch)), mem.Gathered, mem.Device, min(prefetch, in.total)))
 		return out
 	}
-	// The largest unit in use, with the units it reads (a tied head reads
-	// the embeddings), less what is persistent.
-	var unit int64
-	var unitName string
-	gatherable := func(u int) int64 {
-		un := in.layout.Units[u]
-		var n int64
-		for i := un.First; i <= un.Last; i++ {
-			if !in.persist[i] {
-				n += int64(in.params[i].Numel)
-			}
-		}
-		return n
-	}
-	for u, un := range in.layout.Units {
-		n := gatherable(u)
-		for _, b := range un.Borrows {
-			n += gatherable(b)
-		}
-		if n > unit {
-			unit, unitName = n, un.Name
-		}
-	}
-	rest := in.total - persistent - unit
+	k := Stage3Knobs{World: in.world, Persist: in.persist, Prefetch: z.PrefetchBucketSize, MaxLive: z.MaxLiveParameters,
+		MaxReuse: z.MaxReuseDistance, Overlap: z.OverlapComm, KeepAfterForward: in.keepAfterForward}
+	p := ReplayStage3(in.layout, k)
 	what := "gathered parameters: none beyond the persistent ones"
-	if unit > 0 {
-		what = fmt.Sprintf("gathered parameters: the largest unit in use (%s) + prefetch ≤ min(stage3_prefetch_bucket_size %s, stage3_max_live_parameters %s)",
-			unitName, num(z.PrefetchBucketSize), num(z.MaxLiveParameters))
-	}
-	out = append(out, el(what, mem.Gathered, mem.Device, unit+max(0, min(prefetch, rest))))
-	// An all-gather lands in a staging buffer of every rank's partitions
-	// of one unit (padding included) before it is unpacked; prefetched
-	// units are in flight at the same time.
-	var staging, padded int64
-	for _, un := range in.layout.Units {
-		var n int64
-		for i := un.First; i <= un.Last; i++ {
-			if !in.persist[i] {
-				n += int64(in.world * partition.ParamPartitionSize(in.params[i].Numel, in.world))
-			}
+	if p.Gathered > 0 {
+		kept := fmt.Sprintf("kept for reuse within stage3_max_reuse_distance %s", num(z.MaxReuseDistance))
+		if k.KeepAfterForward {
+			kept = "kept from forward to backward (reshard_after_forward false), or " + kept
 		}
-		staging, padded = max(staging, n), padded+n
+		what = fmt.Sprintf("gathered parameters at their peak: %s — the unit in use, prefetched ≤ min(stage3_prefetch_bucket_size %s, stage3_max_live_parameters %s), %s",
+			unitList(p.GatheredUnits), num(z.PrefetchBucketSize), num(z.MaxLiveParameters), kept)
 	}
-	out = append(out, el("all-gather staging: the unit in use and the prefetched ones, every rank's partitions", mem.Comm, mem.Device, min(padded, staging+prefetch)))
-	out = append(out, el(fmt.Sprintf("live gradients: units in backward and in reduce-scatter (overlap_comm %v)", z.OverlapComm),
-		mem.Comm, mem.Device, LiveGradients(in.layout.Units, 1, z.OverlapComm)))
+	out = append(out, el(what, mem.Gathered, mem.Device, p.Gathered))
+	// mem.Comm at its peak, by what holds it then: replayed, so the lines
+	// add up to the engine's peak.
+	c := p.Comm
+	at := "at the comm peak (" + c.When + ")"
+	if c.Persistent > 0 {
+		out = append(out, el(fmt.Sprintf("all-gather staging of the persistent parameters at the start and after each step, the comm peak: N × Σ ceil(numel/N) over %d tensors", count),
+			mem.Comm, mem.Device, c.Persistent))
+	}
+	if c.Persistent == 0 || c.Grads > 0 {
+		out = append(out, el(fmt.Sprintf("live gradients %s: %s (in backward, or in reduce-scatter; overlap_comm %v)", at, orNone(unitList(c.GradUnits)), z.OverlapComm),
+			mem.Comm, mem.Device, c.Grads))
+	}
+	if c.GatherStaging > 0 {
+		out = append(out, el(fmt.Sprintf("all-gather staging %s: parameters of %s that %d ranks do not divide, padded to N × ceil(numel/N)", at, unitList(c.GatherUnits), in.world),
+			mem.Comm, mem.Device, c.GatherStaging))
+	}
+	if c.ReduceStaging > 0 {
+		out = append(out, el(fmt.Sprintf("reduce-scatter staging %s: gradients of %s that %d ranks do not divide, padded to N × ceil(numel/N)", at, unitList(c.ReduceUnits), in.world),
+			mem.Comm, mem.Device, c.ReduceStaging))
+	}
 	return out
+}
+
+func orNone(s string) string {
+	if s == "" {
+		return "none"
+	}
+	return s
 }
 
 // swapBuffers are the pinned host buffers NVMe offload stages data

@@ -74,14 +74,26 @@
 // LiveGradients replays the bucketing over the model's units. Stage 3
 // keeps the persistent parameters gathered (Persistent:
 // stage3_param_persistence_threshold, stage3_model_persistence_threshold),
-// gathers the unit in use and prefetches up to
-// min(stage3_prefetch_bucket_size, stage3_max_live_parameters) more, and
-// NVMe offload stages data through pinned buffers (buffer_count of them).
+// gathers the unit in use, prefetches by the trace of the first pass up
+// to min(stage3_prefetch_bucket_size, stage3_max_live_parameters) more and
+// keeps units needed again within stage3_max_reuse_distance; an
+// all-gather or reduce-scatter of a tensor that N does not divide goes
+// through a staging buffer of N × ceil(numel/N), and the gradients of the
+// units in backward and in reduce-scatter are live. ReplayStage3 replays
+// the engine's schedule over the model's units and reports the peak of
+// the gathered parameters and of the comm buffers, with what holds the
+// latter at its peak (one line each: they add up to the peak). NVMe
+// offload stages data through pinned buffers (buffer_count of them).
 // The model keeps a scratch of its largest tensor for each fresh gradient.
 // The rows of the stages other than the config's use its
 // zero_optimization knobs as resolved for its own stage (overlap_comm,
-// for one, defaults to true at stage 3 only). Stage 3's comm lines peak
-// at different moments of a step, so their sum bounds the peak.
+// for one, defaults to true at stage 3 only). Stage 3's lines are the
+// engine's peaks, exactly, for a run of two or more micro-batches (the
+// first records the trace, the later ones prefetch and keep units by it;
+// the replay covers both, so a run of one micro-batch stays at or under
+// them), with one gathered unit per model unit (the transformer wrap
+// policy) and without ZeRO++ hpZ or MiCS; with --params alone its
+// gathered line is a bound and its comm is not counted.
 //
 // # Activations
 //

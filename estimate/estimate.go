@@ -37,6 +37,10 @@ type Input struct {
 	// offload_optimizer.ratio < 1 offloads; the zero value is 0.19.5's
 	// (dszero's default release).
 	OffloadOrder partition.OffloadOrder
+	// KeepAfterForward is stage 3 with FSDP's reshard_after_forward false
+	// (SHARD_GRAD_OP, the engine's KeepAfterForward): each unit stays
+	// gathered from its forward to its backward. No ds_config key sets it.
+	KeepAfterForward bool
 }
 
 // Report is an estimate: DeepSpeed's estimators and dszero's own.
@@ -137,7 +141,8 @@ func dszero(in Input, params []partition.Param, total int64) (*Estimate, error) 
 	st := states{params: params, world: n, bytes: 4, half: p.Precision.DType != "fp32", nStates: nStates,
 		optDev: z.OffloadOptimizer.Device, parDev: z.OffloadParam.Device, persist: persist,
 		subGroupSize: int(z.SubGroupSize), ratio: z.OffloadOptimizer.Ratio, order: in.OffloadOrder}
-	bi := bufferInputs{layout: in.Layout, params: params, total: total, world: n, zero: z, persist: persist, bytes: 4}
+	bi := bufferInputs{layout: in.Layout, params: params, total: total, world: n, zero: z, persist: persist, bytes: 4,
+		keepAfterForward: in.KeepAfterForward}
 	for s := range e.Stages {
 		row := st.modelStates(s)
 		row.Buffers = append(bi.buffers(s), bi.swapBuffers(s)...)

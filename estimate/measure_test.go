@@ -131,6 +131,91 @@ func TestEstimateMeasured(t *testing.T) {
 	}
 }
 
+// TestEstimateMeasuredStage3 trains the tiny GPT for one step of two
+// micro-batches (the first pass records the trace, the second prefetches
+// and keeps units by it) at stage 3 on 1 to 4 in-process ranks, and
+// compares each rank's peak device bytes by category with the estimate,
+// exactly: gathered (the persistent parameters and ReplayStage3's peak of
+// the others) and comm (ReplayStage3's peak of staging and live
+// gradients) included. The variants: the defaults (every tensor of the
+// tiny GPT persistent), no reuse distance, no prefetch, no persistent
+// parameters, and then no prefetch and no reuse distance, a prefetch
+// bucket of one block, or KeepAfterForward; and a tied head (it borrows the
+// embeddings); each with overlap_comm true and false, fp32 and bf16. At 3
+// ranks most tensors are not divisible, and go through staging buffers.
+func TestEstimateMeasuredStage3(t *testing.T) {
+	gemm, err := blas.New(blas.Options{Backend: blas.Gonum})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const B, T = 2, 16
+	variants := []struct {
+		name, knobs string
+		keep, tied  bool
+	}{
+		{name: "defaults"},
+		{name: "reuse0", knobs: `"stage3_max_reuse_distance": 0,`},
+		{name: "prefetch0", knobs: `"stage3_prefetch_bucket_size": 0,`},
+		{name: "persist0", knobs: `"stage3_param_persistence_threshold": 0,`},
+		{name: "persist0_prefetch0_reuse0", knobs: `"stage3_param_persistence_threshold": 0, "stage3_prefetch_bucket_size": 0, "stage3_max_reuse_distance": 0,`},
+		{name: "persist0_prefetch50000_reuse0", knobs: `"stage3_param_persistence_threshold": 0, "stage3_prefetch_bucket_size": 50000, "stage3_max_reuse_distance": 0,`},
+		{name: "persist0_prefetch0_reuse0_keep_after_forward", knobs: `"stage3_param_persistence_threshold": 0, "stage3_prefetch_bucket_size": 0, "stage3_max_reuse_distance": 0,`, keep: true},
+		{name: "persist5000_tied", knobs: `"stage3_param_persistence_threshold": 5000, "stage3_max_reuse_distance": 0, "stage3_prefetch_bucket_size": 50000,`, tied: true},
+	}
+	for _, v := range variants {
+		cfg, _ := gpt.Preset("tiny")
+		cfg.Tied = v.tied
+		layout := cfg.Layout()
+		for world := 1; world <= 4; world++ {
+			for _, run := range [4]struct {
+				overlap bool
+				prec    string
+			}{{true, "fp32"}, {false, "fp32"}, {true, "bf16"}, {false, "bf16"}} {
+				overlap, prec := run.overlap, run.prec
+				t.Run(fmt.Sprintf("%s/world%d/overlap_%v/%s", v.name, world, overlap, prec), func(t *testing.T) {
+					js := fmt.Sprintf(`{"train_micro_batch_size_per_gpu": %d, "gradient_accumulation_steps": 2,
+  "bf16": {"enabled": %v},
+  "optimizer": {"type": "AdamW", "params": {"lr": 1e-3}},
+  "zero_optimization": {"stage": 3, %s "reduce_bucket_size": 20000, "overlap_comm": %v}}`, B, prec == "bf16", v.knobs, overlap)
+					plan, err := dsconfig.Load(js, dsconfig.Options{WorldSize: world})
+					if err != nil {
+						t.Fatal(err)
+					}
+					r, err := Compute(Input{Model: "tiny", Layout: &layout, Hardware: Hardware{GPUsPerNode: world, Nodes: 1, BufferFactor: 1.5},
+						Plan: &plan, GPT: &cfg, SeqLen: T, KeepAfterForward: v.keep})
+					if err != nil {
+						t.Fatal(err)
+					}
+					want := map[string]int64{}
+					e := r.Dszero
+					for _, ls := range [][]Line{e.Stages[3].States, e.Stages[3].Buffers, e.Activations} {
+						for _, l := range ls {
+							if l.Tier == mem.Device && l.Bytes > 0 {
+								want[l.Category.String()] += l.Bytes
+							}
+						}
+					}
+					keep := func(c *train.Config) { c.KeepAfterForward = v.keep }
+					for rank, s := range trainOneStep(t, plan, cfg, gemm, B, T, keep) {
+						got := map[string]int64{}
+						for _, c := range mem.Categories() {
+							if v := s.PeakBytes(mem.Device, c); v > 0 {
+								got[c.String()] = v
+							}
+						}
+						if d := cmp.Diff(want, got); d != "" {
+							t.Errorf("rank %d peak device bytes (-estimate +measured)\n%s", rank, d)
+							for _, l := range e.Stages[3].Buffers {
+								t.Logf("%s %d: %s", l.Category, l.Bytes, l.What)
+							}
+						}
+					}
+				})
+			}
+		}
+	}
+}
+
 // TestEstimateMeasuredPartialOffload trains the tiny GPT at stage 3 on 2
 // ranks with offload_optimizer cpu, sub-groups of 20,000 elements and
 // ratios 0, 0.5 and 1, and compares each rank's peak bytes of master,
@@ -185,7 +270,7 @@ func TestEstimateMeasuredPartialOffload(t *testing.T) {
 // trainOneStep trains cfg one step under plan on its world of in-process
 // ranks, micro-batches of B samples of T tokens, and returns each rank's
 // accountant snapshot.
-func trainOneStep(t *testing.T, plan dsconfig.Plan, cfg gpt.Config, gemm model.Gemmer, B, T int) []mem.Snapshot {
+func trainOneStep(t *testing.T, plan dsconfig.Plan, cfg gpt.Config, gemm model.Gemmer, B, T int, opts ...func(*train.Config)) []mem.Snapshot {
 	t.Helper()
 	world := plan.WorldSize
 	loader, err := data.NewLoader(data.Random(cfg.Vocab, 1<<12, 1), data.Layout{B: B, T: T, GAS: int(plan.Batch.GradientAccumulationSteps), World: world})
@@ -196,8 +281,11 @@ func trainOneStep(t *testing.T, plan dsconfig.Plan, cfg gpt.Config, gemm model.G
 	for i := range devs {
 		devs[i] = train.Device{Acct: mem.NewAccountant(i), Gemm: gemm}
 	}
-	if _, err := train.Run(train.Config{Plan: plan, Model: cfg, Seed: 1, Batches: loader, SeqLen: T, Steps: 1,
-		Devices: devs, Workers: 1}, func(train.Record) error { return nil }); err != nil {
+	c := train.Config{Plan: plan, Model: cfg, Seed: 1, Batches: loader, SeqLen: T, Steps: 1, Devices: devs, Workers: 1}
+	for _, o := range opts {
+		o(&c)
+	}
+	if _, err := train.Run(c, func(train.Record) error { return nil }); err != nil {
 		t.Fatal(err)
 	}
 	snaps := make([]mem.Snapshot, world)
