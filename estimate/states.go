@@ -216,6 +216,13 @@ func (s states) modelStates(stage int) Stage {
 			}
 		}
 		rank := onDev + off
+		if !s.half && s.optDev == dsconfig.OffloadNone && s.parDev == dsconfig.OffloadNone {
+			// fp32 without offload: the working partitions are the master.
+			out = append(out, line("fp32 gradient partitions", mem.Grads, mem.Device, rank))
+			out = append(out, line("fp32 master partitions (the working ones in fp32)", mem.MasterParams, mem.Device, rank))
+			out = append(out, line(fmt.Sprintf("optimizer state partitions (%d fp32 tensors)", s.nStates), mem.OptimState, mem.Device, int64(s.nStates)*rank))
+			break
+		}
 		par := offloadTier(s.parDev)
 		if par == mem.Device {
 			onDev, off = rank, 0

@@ -20,8 +20,10 @@
 //	live gradients, staging the units in backward and  mem.Comm
 //	                       the collectives in flight
 //
-// so with Adam in fp32 (4+4+4+8)·P bytes of model states: (2+2+K)Ψ/N in
-// DeepSpeed's mixed-precision notation. The ranks are initialized
+// so (2+2+K)Ψ/N in DeepSpeed's mixed-precision notation. In fp32 without
+// offload the parameter partitions are the fp32 master partitions — one
+// buffer, accounted as mem.MasterParams — so Adam takes (4+4+8)·P bytes
+// where DeepSpeed keeps a copy of each, (4+4+4+8)·P. The ranks are initialized
 // partition by partition (zcore.Options.InitRange): no rank ever holds the
 // whole model, as with DeepSpeed's zero.Init.
 //

@@ -111,9 +111,12 @@ type Strategy struct {
 
 	work   []float32 // rank-local partitions in the training precision (mem.Params16)
 	master []float32 // rank-local fp32 master partitions (mem.MasterParams)
-	grad   []float32 // rank-local averaged gradient partitions (mem.Grads)
-	opts   []optim.Optimizer
-	place  placement // the tier of each sub-group's master, gradients and optimizer state
+	// aliased: fp32 training without offload keeps one buffer, the master,
+	// which work is (accounted once, as mem.MasterParams).
+	aliased bool
+	grad    []float32 // rank-local averaged gradient partitions (mem.Grads)
+	opts    []optim.Optimizer
+	place   placement // the tier of each sub-group's master, gradients and optimizer state
 
 	full  *zcore.Pages // the parameters the model binds; resident where gathered
 	grads *zcore.Pages // the gradients the model binds; resident where live
@@ -187,31 +190,46 @@ func New(o zcore.Options, c Config) (_ *Strategy, err error) {
 	}
 
 	n := s.lay.RankNumel
-	// The parameter partitions: the persistent ones on the device, the
-	// rest in ParamTier (one buffer, accounted in each tier).
-	for i, p := range s.persist {
-		if p {
-			s.workOnDevice += s.lay.PartitionSizes[i]
-		}
-	}
-	if err := o.Acct.Reserve(mem.Params16, mem.Device, 4*int64(s.workOnDevice)); err != nil {
-		err = fmt.Errorf("stage 3: persistent parameter partitions (%d elements): %w", s.workOnDevice, err)
-		s.workOnDevice = 0
-		return nil, err
-	}
-	if c.ParamSwap != nil {
-		// On NVMe (the swapper accounts the files): work is resident only
-		// where it is being written.
-		s.pswap = &paramSwap{ahead: make([]*nvme.Handle, len(s.l.Specs))}
-		if s.pswap.pages, err = zcore.NewPages(n); err != nil {
-			return nil, fmt.Errorf("stage 3: parameter partitions: %w", err)
-		}
-		s.work = s.pswap.pages.F32()
-	} else {
-		if err := o.Acct.Reserve(mem.Params16, c.ParamTier, 4*int64(n-s.workOnDevice)); err != nil {
-			return nil, fmt.Errorf("stage 3: parameter partitions (%d elements): %w", n-s.workOnDevice, err)
+	// In fp32 without offload the working partitions and the fp32 master
+	// hold the same values in the same tier: one buffer serves both (the
+	// master), where DeepSpeed keeps a copy of each (4Ψ/N bytes saved).
+	s.aliased = o.Round == nil && c.Swap == nil && c.ParamSwap == nil && c.Partial == nil &&
+		c.OptimizerTier == mem.Device && c.ParamTier == mem.Device
+	if s.aliased {
+		if err := o.Acct.Reserve(mem.MasterParams, mem.Device, 4*int64(n)); err != nil {
+			s.aliased = false
+			return nil, fmt.Errorf("stage 3: fp32 master partitions, the working ones (%d elements): %w", n, err)
 		}
 		s.work = make([]float32, n)
+		s.master = s.work
+	}
+	// The parameter partitions: the persistent ones on the device, the
+	// rest in ParamTier (one buffer, accounted in each tier).
+	if !s.aliased { // else work is the master, allocated above
+		for i, p := range s.persist {
+			if p {
+				s.workOnDevice += s.lay.PartitionSizes[i]
+			}
+		}
+		if err := o.Acct.Reserve(mem.Params16, mem.Device, 4*int64(s.workOnDevice)); err != nil {
+			err = fmt.Errorf("stage 3: persistent parameter partitions (%d elements): %w", s.workOnDevice, err)
+			s.workOnDevice = 0
+			return nil, err
+		}
+		if c.ParamSwap != nil {
+			// On NVMe (the swapper accounts the files): work is resident
+			// only where it is being written.
+			s.pswap = &paramSwap{ahead: make([]*nvme.Handle, len(s.l.Specs))}
+			if s.pswap.pages, err = zcore.NewPages(n); err != nil {
+				return nil, fmt.Errorf("stage 3: parameter partitions: %w", err)
+			}
+			s.work = s.pswap.pages.F32()
+		} else {
+			if err := o.Acct.Reserve(mem.Params16, c.ParamTier, 4*int64(n-s.workOnDevice)); err != nil {
+				return nil, fmt.Errorf("stage 3: parameter partitions (%d elements): %w", n-s.workOnDevice, err)
+			}
+			s.work = make([]float32, n)
+		}
 	}
 	if err := s.initPartitions(); err != nil {
 		return nil, err
@@ -227,10 +245,12 @@ func New(o zcore.Options, c Config) (_ *Strategy, err error) {
 			return nil, err
 		}
 	} else {
-		if s.master, err = s.allocSide(mem.MasterParams); err != nil {
-			return nil, fmt.Errorf("stage 3: fp32 master partitions (%d elements): %w", n, err)
+		if !s.aliased {
+			if s.master, err = s.allocSide(mem.MasterParams); err != nil {
+				return nil, fmt.Errorf("stage 3: fp32 master partitions (%d elements): %w", n, err)
+			}
+			copy(s.master, s.work)
 		}
-		copy(s.master, s.work)
 		for g := range s.lay.SubGroups {
 			opt, err := s.newSubGroupOptimizer(g)
 			if err != nil {
@@ -479,10 +499,12 @@ func (s *Strategy) step(in zcore.StepInput) (zcore.StepResult, error) {
 			}
 			s.opts[g].Step(master, grad)
 		}
-		work := s.work[lo : lo+n]
-		copy(work, master)
-		if o.Round != nil {
-			o.Round(work)
+		if !s.aliased {
+			work := s.work[lo : lo+n]
+			copy(work, master)
+			if o.Round != nil {
+				o.Round(work)
+			}
 		}
 		if s.pswap != nil {
 			ids := s.lay.SubGroups[g]
@@ -580,7 +602,10 @@ func (s *Strategy) Close() {
 		s.swap.close(s.o.Acct, s.c.OptimizerTier)
 		s.swap = nil
 	}
-	if s.pswap != nil {
+	if s.aliased {
+		s.o.Acct.Release(mem.MasterParams, mem.Device, 4*int64(len(s.master)))
+		s.master, s.aliased = nil, false
+	} else if s.pswap != nil {
 		s.pswap.close()
 		s.pswap = nil
 	} else if s.work != nil {
