@@ -105,23 +105,10 @@ func TestEstimateMeasured(t *testing.T) {
 					if err != nil {
 						t.Fatal(err)
 					}
-					want := map[string]int64{}
 					e := r.Dszero
-					for _, ls := range [][]Line{e.Stages[stage].States, e.Stages[stage].Buffers, e.Activations} {
-						for _, l := range ls {
-							if l.Tier == mem.Device && l.Bytes > 0 {
-								want[l.Category.String()] += l.Bytes
-							}
-						}
-					}
+					want := deviceBytes(e.Stages[stage].States, e.Stages[stage].Buffers, e.Activations)
 					for rank, s := range trainOneStep(t, plan, cfg, gemm, B, T) {
-						got := map[string]int64{}
-						for _, c := range mem.Categories() {
-							if v := s.PeakBytes(mem.Device, c); v > 0 {
-								got[c.String()] = v
-							}
-						}
-						if d := cmp.Diff(want, got); d != "" {
+						if d := cmp.Diff(want, devicePeaks(s)); d != "" {
 							t.Errorf("rank %d peak device bytes (-estimate +measured)\n%s", rank, d)
 						}
 					}
@@ -186,24 +173,11 @@ func TestEstimateMeasuredStage3(t *testing.T) {
 					if err != nil {
 						t.Fatal(err)
 					}
-					want := map[string]int64{}
 					e := r.Dszero
-					for _, ls := range [][]Line{e.Stages[3].States, e.Stages[3].Buffers, e.Activations} {
-						for _, l := range ls {
-							if l.Tier == mem.Device && l.Bytes > 0 {
-								want[l.Category.String()] += l.Bytes
-							}
-						}
-					}
+					want := deviceBytes(e.Stages[3].States, e.Stages[3].Buffers, e.Activations)
 					keep := func(c *train.Config) { c.KeepAfterForward = v.keep }
 					for rank, s := range trainOneStep(t, plan, cfg, gemm, B, T, keep) {
-						got := map[string]int64{}
-						for _, c := range mem.Categories() {
-							if v := s.PeakBytes(mem.Device, c); v > 0 {
-								got[c.String()] = v
-							}
-						}
-						if d := cmp.Diff(want, got); d != "" {
+						if d := cmp.Diff(want, devicePeaks(s)); d != "" {
 							t.Errorf("rank %d peak device bytes (-estimate +measured)\n%s", rank, d)
 							for _, l := range e.Stages[3].Buffers {
 								t.Logf("%s %d: %s", l.Category, l.Bytes, l.What)
@@ -293,4 +267,28 @@ func trainOneStep(t *testing.T, plan dsconfig.Plan, cfg gpt.Config, gemm model.G
 		snaps[i] = d.Acct.Snapshot()
 	}
 	return snaps
+}
+
+// deviceBytes sums the estimate's device lines by category.
+func deviceBytes(lines ...[]Line) map[string]int64 {
+	out := map[string]int64{}
+	for _, ls := range lines {
+		for _, l := range ls {
+			if l.Tier == mem.Device && l.Bytes > 0 {
+				out[l.Category.String()] += l.Bytes
+			}
+		}
+	}
+	return out
+}
+
+// devicePeaks is a snapshot's peak device bytes by category.
+func devicePeaks(s mem.Snapshot) map[string]int64 {
+	out := map[string]int64{}
+	for _, c := range mem.Categories() {
+		if v := s.PeakBytes(mem.Device, c); v > 0 {
+			out[c.String()] = v
+		}
+	}
+	return out
 }
