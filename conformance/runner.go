@@ -127,7 +127,7 @@ func (a *arch) train(plan dsconfig.Plan, steps int, v zero.Version, init []float
 			}
 			st, err := eng.Step()
 			if err != nil {
-				return fmt.Errorf("step %d: %w", s+1, err)
+				return err // it names the step
 			}
 			if r == 0 {
 				out.Stats = append(out.Stats, st)
