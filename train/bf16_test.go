@@ -3,12 +3,10 @@ package train
 import (
 	"encoding/json"
 	"fmt"
-	"math"
 	"os"
 	"strings"
 	"testing"
 
-	"github.com/dszero/dszero/internal/ztest"
 	"github.com/dszero/dszero/model"
 	"github.com/dszero/dszero/zero/lrsched"
 )
@@ -54,16 +52,7 @@ func TestDeepSpeedParityGPTBF16(t *testing.T) {
 				t.Fatal(err)
 			}
 			recs, final := runGPT(t, g, bf16JSON(stage), 2, 10, lrsched.DeepSpeed0145)
-			var loss, norm float64
-			for i, r := range recs {
-				w := ref.Steps[i]
-				loss = math.Max(loss, math.Abs(r.Loss-w.Loss)/w.Loss)
-				norm = math.Max(norm, math.Abs(r.GradNorm-w.GradNorm)/w.GradNorm)
-				if r.LR != w.LRUsed {
-					t.Errorf("step %d: lr %g, DeepSpeed %g", r.Step, r.LR, w.LRUsed)
-				}
-			}
-			wabs, _ := ztest.WeightDiff(final, want)
+			loss, norm, wabs := vsDeepSpeed(t, recs, final, ref, want)
 			t.Logf("vs DeepSpeed bf16: step losses max rel Δ %.2e, grad norms %.2e; final weights max |Δ| %.2e", loss, norm, wabs)
 			if loss > 1e-3 || wabs > 5e-3 {
 				t.Fatalf("outside the bf16 tolerances (losses 1e-3 relative, weights 5e-3)")

@@ -149,6 +149,24 @@ type dsResult struct {
 	FinalIdenticalTo string `json:"final_fp32_identical_to"`
 }
 
+// vsDeepSpeed compares a run with DeepSpeed's record of it: the largest
+// relative differences of the step losses and gradient norms, and the
+// largest absolute difference of the final weights from want. A step run
+// at another lr than DeepSpeed's is an error.
+func vsDeepSpeed(t *testing.T, recs []Record, final []float32, ref dsResult, want []float32) (loss, norm, wabs float64) {
+	t.Helper()
+	for i, r := range recs {
+		w := ref.Steps[i]
+		loss = math.Max(loss, math.Abs(r.Loss-w.Loss)/w.Loss)
+		norm = math.Max(norm, math.Abs(r.GradNorm-w.GradNorm)/w.GradNorm)
+		if r.LR != w.LRUsed {
+			t.Errorf("step %d: lr %g, DeepSpeed %g", r.Step, r.LR, w.LRUsed)
+		}
+	}
+	wabs, _ = ztest.WeightDiff(final, want)
+	return loss, norm, wabs
+}
+
 // TestDeepSpeedParityGPT reproduces DeepSpeed 0.14.5's 2-rank fp32 runs of
 // the tiny GPT at stages 0, 1 and 2 (micro 4, GAS 2, 10 steps; see
 // testdata/README.md): step losses and gradient norms within 1e-5
@@ -179,16 +197,7 @@ func TestDeepSpeedParityGPT(t *testing.T) {
 				t.Fatal(err)
 			}
 			recs, final := runGPT(t, g, harnessJSON(stage, 4, 2, 500000000, false), 2, 10, lrsched.DeepSpeed0145)
-			var loss, norm float64
-			for i, r := range recs {
-				w := ref.Steps[i]
-				loss = math.Max(loss, math.Abs(r.Loss-w.Loss)/w.Loss)
-				norm = math.Max(norm, math.Abs(r.GradNorm-w.GradNorm)/w.GradNorm)
-				if r.LR != w.LRUsed {
-					t.Errorf("step %d: lr %g, DeepSpeed %g", r.Step, r.LR, w.LRUsed)
-				}
-			}
-			wabs, _ := ztest.WeightDiff(final, want)
+			loss, norm, wabs := vsDeepSpeed(t, recs, final, ref, want)
 			t.Logf("vs DeepSpeed: step losses max rel Δ %.2e, grad norms %.2e; final weights max |Δ| %.2e", loss, norm, wabs)
 			if loss > 1e-5 || norm > 1e-5 {
 				t.Errorf("losses or gradient norms differ from DeepSpeed by more than 1e-5 relative")
