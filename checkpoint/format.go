@@ -25,14 +25,6 @@ func dsObject(module, name string, state *ptfile.Dict) *ptfile.Object {
 	return &ptfile.Object{Module: module, Name: name, Kind: ptfile.NewObject, Args: ptfile.Tuple{}, State: state}
 }
 
-func dict(kv ...any) *ptfile.Dict {
-	d := ptfile.NewDict()
-	for i := 0; i < len(kv); i += 2 {
-		d.Set(kv[i], kv[i+1])
-	}
-	return d
-}
-
 func shape64(s []int) []int64 {
 	out := make([]int64, len(s))
 	for i, x := range s {
@@ -45,11 +37,11 @@ func shape64(s []int) []int64 {
 func lossScaler(st zero.State) *ptfile.Object {
 	c := st.ScalerConfig
 	if !st.Dynamic || c == nil {
-		return dsObject("deepspeed.runtime.fp16.loss_scaler", "LossScaler", dict("cur_scale", st.Scaler.CurScale, "dynamic", st.Dynamic))
+		return dsObject("deepspeed.runtime.fp16.loss_scaler", "LossScaler", ptfile.DictOf("cur_scale", st.Scaler.CurScale, "dynamic", st.Dynamic))
 	}
 	// DynamicLossScaler's attributes, in __init__'s order; DeepSpeed's
 	// load_state_dict adopts the unpickled object as the run's scaler.
-	return dsObject("deepspeed.runtime.fp16.loss_scaler", "DynamicLossScaler", dict(
+	return dsObject("deepspeed.runtime.fp16.loss_scaler", "DynamicLossScaler", ptfile.DictOf(
 		"cur_scale", st.Scaler.CurScale, "dynamic", true,
 		"cur_iter", int64(st.Scaler.CurIter), "last_overflow_iter", int64(st.Scaler.LastOverflowIter),
 		"scale_factor", c.ScaleFactor, "scale_window", int64(c.ScaleWindow), "min_scale", pyNumber(c.MinScale),
@@ -69,8 +61,8 @@ func pyNumber(x float64) any {
 
 // clientState is what an exact resume needs beyond DeepSpeed's keys.
 func clientState(st zero.State, master16 []float32) *ptfile.Dict {
-	d := dict("format", 1, "zero_stage", st.Strategy.Stage,
-		"loss_scaler", dict("cur_scale", st.Scaler.CurScale, "cur_iter", st.Scaler.CurIter,
+	d := ptfile.DictOf("format", 1, "zero_stage", st.Strategy.Stage,
+		"loss_scaler", ptfile.DictOf("cur_scale", st.Scaler.CurScale, "cur_iter", st.Scaler.CurIter,
 			"last_overflow_iter", st.Scaler.LastOverflowIter, "cur_hysteresis", st.Scaler.CurHysteresis, "dynamic", st.Dynamic))
 	if master16 != nil {
 		d.Set("fp32_master", ptfile.FromFloat32([]int64{int64(len(master16))}, master16))
@@ -213,7 +205,7 @@ func modelStates(e *zero.Engine, st zero.State, l *model.Layout, work []float32,
 		for i, sp := range l.Specs {
 			state.Set(i, torchState(g.Optim, sp.Offset, sp.Offset+sp.Numel, shape64(sp.Shape)))
 		}
-		d.Set("optimizer", dict("state", state, "param_groups", ptfile.List{paramGroup(g.Optim, len(l.Specs), betasTuple(plan))}))
+		d.Set("optimizer", ptfile.DictOf("state", state, "param_groups", ptfile.List{paramGroup(g.Optim, len(l.Specs), betasTuple(plan))}))
 		d.Set("param_shapes", nil)
 		if dtype != "fp32" {
 			master16 = g.Master
@@ -271,7 +263,7 @@ func optimStates(e *zero.Engine, st zero.State, l *model.Layout, dsConfig any) *
 	plan := e.Plan()
 	ss := st.Strategy
 	if partitionedStage0(ss.Stage, plan.Precision.DType) {
-		return withResume(dict("optimizer_state_dict", bf16OptimizerState(ss, l, plan), "ds_config", dsConfig, "ds_version", DSVersion), ss.Groups)
+		return withResume(ptfile.DictOf("optimizer_state_dict", bf16OptimizerState(ss, l, plan), "ds_config", dsConfig, "ds_version", DSVersion), ss.Groups)
 	}
 	common := func(d *ptfile.Dict) {
 		d.Set("loss_scaler", lossScaler(st))
@@ -291,14 +283,14 @@ func optimStates(e *zero.Engine, st zero.State, l *model.Layout, dsConfig any) *
 			state.Set(g, torchState(gs.Optim, 0, n, []int64{int64(n)}))
 			flats = append(flats, ptfile.FromFloat32([]int64{int64(n)}, gs.Master))
 		}
-		osd.Set("optimizer_state_dict", dict("state", state, "param_groups", ptfile.List{paramGroup(ss.Groups[0].Optim, len(ss.Groups), betasTuple(plan))}))
+		osd.Set("optimizer_state_dict", ptfile.DictOf("state", state, "param_groups", ptfile.List{paramGroup(ss.Groups[0].Optim, len(ss.Groups), betasTuple(plan))}))
 		osd.Set("fp32_flat_groups", flats)
 	} else {
 		common(osd)
 		g := ss.Groups[0]
 		partitionState(osd, g, 0, len(g.Master), l, ss, plan.GradientClipping, plan.Zero.RoundRobinGradients, betasTuple(plan), enum)
 	}
-	return withResume(dict("optimizer_state_dict", osd, "ds_config", dsConfig, "ds_version", DSVersion), ss.Groups)
+	return withResume(ptfile.DictOf("optimizer_state_dict", osd, "ds_config", dsConfig, "ds_version", DSVersion), ss.Groups)
 }
 
 // withResume adds the groups' optimizer resume state (zcore.OptimState's
@@ -306,7 +298,7 @@ func optimStates(e *zero.Engine, st zero.State, l *model.Layout, dsConfig any) *
 // list of floats (or None) per group.
 func withResume(d *ptfile.Dict, gs []zcore.GroupState) *ptfile.Dict {
 	if r := resumeList(gs); r != nil {
-		d.Set(clientKey, dict("optim_resume", r))
+		d.Set(clientKey, ptfile.DictOf("optim_resume", r))
 	}
 	return d
 }
@@ -394,7 +386,7 @@ func partitionState(osd *ptfile.Dict, g zcore.GroupState, lo, hi int, l *model.L
 	// The base optimizer's state is saved whole, padding included (its
 	// state_dict(), elastic_checkpoint being off); the fp32 partition
 	// without it. The padding's state is zero: it never has a gradient.
-	osd.Set("base_optimizer_state", dict("state", dict(0, torchState(padOptim(g.Optim, lo, hi, pad), 0, n+pad, []int64{int64(n + pad)})),
+	osd.Set("base_optimizer_state", ptfile.DictOf("state", ptfile.DictOf(0, torchState(padOptim(g.Optim, lo, hi, pad), 0, n+pad, []int64{int64(n + pad)})),
 		"param_groups", ptfile.List{paramGroup(g.Optim, 1, tuple)}))
 	osd.Set("single_partition_of_fp32_groups", ptfile.List{ptfile.FromFloat32([]int64{int64(n)}, g.Master[lo:hi])})
 	if enum != nil {
@@ -406,7 +398,7 @@ func partitionState(osd *ptfile.Dict, g zcore.GroupState, lo, hi int, l *model.L
 	maps := ptfile.NewOrderedDict()
 	for _, f := range flat.SliceMappings(ss.Rank) {
 		maps.Set(l.Specs[order[f.Param]].Name, dsObject("deepspeed.utils.tensor_fragment", "fragment_address",
-			dict("numel", int64(f.Len), "start", int64(f.PartitionOffset))))
+			ptfile.DictOf("numel", int64(f.Len), "start", int64(f.PartitionOffset))))
 	}
 	osd.Set("param_slice_mappings", ptfile.List{maps})
 }
@@ -415,16 +407,16 @@ func partitionState(osd *ptfile.Dict, g zcore.GroupState, lo, hi int, l *model.L
 // shows that the plan knows.
 func defaultDSConfig(e *zero.Engine) *ptfile.Dict {
 	p := e.Plan()
-	d := dict("train_micro_batch_size_per_gpu", p.Batch.TrainMicroBatchSizePerGPU,
+	d := ptfile.DictOf("train_micro_batch_size_per_gpu", p.Batch.TrainMicroBatchSizePerGPU,
 		"gradient_accumulation_steps", p.Batch.GradientAccumulationSteps,
 		"gradient_clipping", p.GradientClipping,
-		"optimizer", dict("type", p.Optimizer.Type, "params", dict("lr", p.Optimizer.LR)),
-		"zero_optimization", dict("stage", int64(p.Zero.Stage)))
+		"optimizer", ptfile.DictOf("type", p.Optimizer.Type, "params", ptfile.DictOf("lr", p.Optimizer.LR)),
+		"zero_optimization", ptfile.DictOf("stage", int64(p.Zero.Stage)))
 	if p.Precision.DType == "bf16" {
-		d.Set("bf16", dict("enabled", true))
+		d.Set("bf16", ptfile.DictOf("enabled", true))
 	}
 	if p.Precision.DType == "fp16" {
-		d.Set("fp16", dict("enabled", true))
+		d.Set("fp16", ptfile.DictOf("enabled", true))
 	}
 	return d
 }

@@ -98,21 +98,21 @@ func writeSyntheticZ3(t *testing.T, dir string, l *model.Layout, world int, valu
 			at += hi - lo + pad
 		}
 		zeros := make([]float32, n)
-		state := dictOf("step", int64(1), "exp_avg", ptfile.FromFloat32([]int64{int64(n)}, zeros), "exp_avg_sq", ptfile.FromFloat32([]int64{int64(n)}, zeros))
-		group := dictOf("lr", 1e-3, "betas", ptfile.List{0.9, 0.999}, "eps", 1e-8, "weight_decay", 0.01, "amsgrad", false, "params", ptfile.List{int64(0)})
-		osd := dictOf(
+		state := ptfile.DictOf("step", int64(1), "exp_avg", ptfile.FromFloat32([]int64{int64(n)}, zeros), "exp_avg_sq", ptfile.FromFloat32([]int64{int64(n)}, zeros))
+		group := ptfile.DictOf("lr", 1e-3, "betas", ptfile.List{0.9, 0.999}, "eps", 1e-8, "weight_decay", 0.01, "amsgrad", false, "params", ptfile.List{int64(0)})
+		osd := ptfile.DictOf(
 			"zero_stage", &ptfile.Object{Module: "deepspeed.runtime.zero.config", Name: "ZeroStageEnum", Kind: ptfile.EnumMember, Attr: "weights"},
-			"loss_scaler", &ptfile.Object{Module: "deepspeed.runtime.fp16.loss_scaler", Name: "LossScaler", Kind: ptfile.NewObject, Args: ptfile.Tuple{}, State: dictOf("cur_scale", 1.0, "dynamic", false)},
+			"loss_scaler", &ptfile.Object{Module: "deepspeed.runtime.fp16.loss_scaler", Name: "LossScaler", Kind: ptfile.NewObject, Args: ptfile.Tuple{}, State: ptfile.DictOf("cur_scale", 1.0, "dynamic", false)},
 			"dynamic_loss_scale", false, "overflow", false, "partition_count", int64(world),
-			"optimizer_state_dict", dictOf("state", dictOf(int64(0), state), "param_groups", ptfile.List{group}),
+			"optimizer_state_dict", ptfile.DictOf("state", ptfile.DictOf(int64(0), state), "param_groups", ptfile.List{group}),
 			"fp32_flat_groups", ptfile.List{ptfile.FromFloat32([]int64{int64(n)}, master)})
 		if err := ptfile.Write(filepath.Join(tag, fmt.Sprintf("zero_pp_rank_%d_mp_rank_00_optim_states.pt", r)),
-			dictOf("optimizer_state_dict", osd, "ds_config", dictOf(), "ds_version", "0.14.5")); err != nil {
+			ptfile.DictOf("optimizer_state_dict", osd, "ds_config", ptfile.DictOf(), "ds_version", "0.14.5")); err != nil {
 			t.Fatal(err)
 		}
-		ms := dictOf("module", module, "buffer_names", ptfile.List{}, "optimizer", nil, "param_shapes", ptfile.List{shapes},
+		ms := ptfile.DictOf("module", module, "buffer_names", ptfile.List{}, "optimizer", nil, "param_shapes", ptfile.List{shapes},
 			"lr_scheduler", nil, "skipped_steps", int64(0), "global_steps", int64(1), "global_samples", int64(world),
-			"dp_world_size", int64(world), "mp_world_size", int64(1), "ds_config", dictOf(), "ds_version", "0.14.5")
+			"dp_world_size", int64(world), "mp_world_size", int64(1), "ds_config", ptfile.DictOf(), "ds_version", "0.14.5")
 		if err := ptfile.Write(filepath.Join(tag, fmt.Sprintf("zero_pp_rank_%d_mp_rank_00_model_states.pt", r)), ms); err != nil {
 			t.Fatal(err)
 		}
@@ -120,12 +120,4 @@ func writeSyntheticZ3(t *testing.T, dir string, l *model.Layout, world int, valu
 	if err := os.WriteFile(filepath.Join(dir, "latest"), []byte("global_step1"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-}
-
-func dictOf(kv ...any) *ptfile.Dict {
-	d := ptfile.NewDict()
-	for i := 0; i < len(kv); i += 2 {
-		d.Set(kv[i], kv[i+1])
-	}
-	return d
 }

@@ -61,6 +61,19 @@ type Dict struct {
 // NewDict returns an empty plain dict.
 func NewDict() *Dict { return &Dict{} }
 
+// DictOf is a dict of the key, value pairs kv, in order. It panics on an
+// odd number of arguments (a programmer's error).
+func DictOf(kv ...any) *Dict {
+	if len(kv)%2 != 0 {
+		panic("ptfile: DictOf needs key, value pairs")
+	}
+	d := NewDict()
+	for i := 0; i < len(kv); i += 2 {
+		d.Set(kv[i], kv[i+1])
+	}
+	return d
+}
+
 // NewOrderedDict returns an empty collections.OrderedDict.
 func NewOrderedDict() *Dict { return &Dict{OrderedDict: true} }
 
