@@ -1,6 +1,10 @@
 package gpt
 
-import "math"
+import (
+	"math"
+
+	"github.com/dszero/dszero/internal/seqgemm"
+)
 
 // Causal self-attention over qkv (B, T, 3C): for each batch row b and head
 // h, with q, k, v the (T, HS) slices at columns h*HS of the three thirds,
@@ -12,12 +16,19 @@ import "math"
 // Each (b, h) pair is independent; the pairs are spread over the pool.
 // With Round the 16-bit tensors are s (after the scale), att, y and, in
 // backward, d(att), d(s) and dq, dk, dv. With bf16 every sum of products
-// runs in the order of torch's bf16 bmm (dotPairs).
+// runs in the order of torch's bf16 bmm (dotPairs). Otherwise each sum of
+// products runs in order of its inner index, one float32 rounding per
+// product and per sum — the order that reproduces PyTorch's reference runs
+// within the conformance tolerances — computed by seqgemm, which keeps
+// that order per element while working on eight elements per instruction.
+// Its right-hand operands must be rows, so one head's keys (forward) or
+// values (backward) are first transposed into scratch (HS, T).
 
 // attnShape is what the forward and backward jobs share: T, C and NH of
 // the pass and the 16-bit rounding.
 type attnShape struct {
 	T, C, NH int
+	scratch  []float32 // (B, NH, HS, T): one head's keys or values transposed, per (b, h)
 	round    func([]float32)
 	bf16     bool // torch's bf16 softmax backward: Σ p·g rounded to bf16
 }
@@ -30,8 +41,34 @@ func (s *attnShape) dims() (HS, C3 int, scale float32) {
 }
 
 // attnShape is the shared part of both jobs for sequences of length T.
-func (m *Model) attnShape(T int) attnShape {
-	return attnShape{T: T, C: m.cfg.Dim, NH: m.cfg.Heads, round: m.opt.Round, bf16: m.bf16}
+func (m *Model) attnShape(T int, scratch []float32) attnShape {
+	return attnShape{T: T, C: m.cfg.Dim, NH: m.cfg.Heads, scratch: scratch, round: m.opt.Round, bf16: m.bf16}
+}
+
+// causalRows is the height of the row blocks of the triangular products:
+// a block computes the columns its last row needs (rounded up to whole
+// vectors) and the rows above the diagonal ignore or zero the rest.
+const causalRows = 4
+
+// transposeHead writes column block h*HS.. of the (T, HS) rows of x, rows
+// stride apart, into dst as (HS, T).
+func transposeHead(dst, x []float32, stride, T, HS int) {
+	for t := range T {
+		row := x[t*stride:][:HS]
+		for i, v := range row {
+			dst[i*T+t] = v
+		}
+	}
+}
+
+// scoreRows computes the lower triangle (and a few entries beyond it) of
+// out (T, T) = a · bt, a's rows (HS) stride apart and bt (HS, T).
+func scoreRows(out, a []float32, stride int, bt []float32, T, HS int) {
+	for t0 := 0; t0 < T; t0 += causalRows {
+		rows := min(causalRows, T-t0)
+		n := min(T, (t0+rows+15)&^15)
+		seqgemm.Mul(rows, n, HS, a[t0*stride:], stride, 1, bt, T, out[t0*T:], T)
+	}
 }
 
 // attnJob is the forward over (b, h) pairs [lo, hi).
@@ -41,6 +78,65 @@ type attnJob struct {
 }
 
 func (j *attnJob) runRange(lo, hi int) {
+	if j.bf16 {
+		j.runRangeBF16(lo, hi)
+		return
+	}
+	T, C, NH := j.T, j.C, j.NH
+	HS, C3, scale := j.dims()
+	for bh := lo; bh < hi; bh++ {
+		b, h := bh/NH, bh%NH
+		base := b * T * C3
+		q := j.qkv[base+h*HS:]
+		v := j.qkv[base+2*C+h*HS:]
+		kt := j.scratch[bh*HS*T:][:HS*T]
+		transposeHead(kt, j.qkv[base+C+h*HS:], C3, T, HS)
+		att := j.att[bh*T*T:][:T*T]
+		scoreRows(att, q, C3, kt, T, HS) // s = q · kᵀ
+		for t := range T {
+			row := att[t*T:][:T]
+			s := row[:t+1]
+			for t2 := range s {
+				s[t2] *= scale
+			}
+			if j.round != nil {
+				j.round(s)
+			}
+			mx := s[0]
+			for _, v := range s[1:] {
+				mx = max(mx, v)
+			}
+			var sum float64
+			for t2, v := range s {
+				e := float32(math.Exp(float64(v - mx)))
+				s[t2] = e
+				sum += float64(e)
+			}
+			inv := 1 / float32(sum)
+			for t2 := range s {
+				s[t2] *= inv
+			}
+			clear(row[t+1:])
+			if j.round != nil {
+				j.round(s)
+			}
+		}
+		// y = att · v; the zeros above the diagonal add nothing.
+		y := j.out[b*T*C+h*HS:]
+		for t0 := 0; t0 < T; t0 += causalRows {
+			rows := min(causalRows, T-t0)
+			seqgemm.Mul(rows, HS, t0+rows, att[t0*T:], T, 1, v, C3, y[t0*C:], C)
+		}
+		if j.round != nil {
+			for t := range T {
+				j.round(y[t*C:][:HS])
+			}
+		}
+	}
+}
+
+// runRangeBF16 is the forward in the order of torch's bf16 kernels.
+func (j *attnJob) runRangeBF16(lo, hi int) {
 	T, C, NH := j.T, j.C, j.NH
 	HS, C3, scale := j.dims()
 	for bh := lo; bh < hi; bh++ {
@@ -52,15 +148,7 @@ func (j *attnJob) runRange(lo, hi int) {
 			s := row[:t+1]
 			for t2 := range s {
 				k := j.qkv[base+t2*C3+C+h*HS:][:HS]
-				var dot float32
-				if j.bf16 {
-					dot = dotPairs(q, k)
-				} else {
-					for i, qi := range q {
-						dot += qi * k[i]
-					}
-				}
-				s[t2] = dot * scale
+				s[t2] = dotPairs(q, k) * scale
 			}
 			if j.round != nil {
 				j.round(s)
@@ -69,18 +157,7 @@ func (j *attnJob) runRange(lo, hi int) {
 			for _, v := range s[1:] {
 				mx = max(mx, v)
 			}
-			var inv float32
-			if j.bf16 {
-				inv = 1 / softmaxSumBF16(s, mx)
-			} else {
-				var sum float64
-				for t2, v := range s {
-					e := float32(math.Exp(float64(v - mx)))
-					s[t2] = e
-					sum += float64(e)
-				}
-				inv = 1 / float32(sum)
-			}
+			inv := 1 / softmaxSumBF16(s, mx)
 			for t2 := range s {
 				s[t2] *= inv
 			}
@@ -91,9 +168,7 @@ func (j *attnJob) runRange(lo, hi int) {
 			y := j.out[(b*T+t)*C+h*HS:][:HS]
 			clear(y)
 			for t2 := range s {
-				if j.bf16 {
-					t2 = pairSwap(t2, len(s))
-				}
+				t2 = pairSwap(t2, len(s))
 				p := s[t2]
 				v := j.qkv[base+t2*C3+2*C+h*HS:][:HS]
 				for i := range y {
@@ -107,9 +182,10 @@ func (j *attnJob) runRange(lo, hi int) {
 	}
 }
 
-// attentionForward fills out (B, T, C) and att (B, NH, T, T) from qkv.
-func (m *Model) attentionForward(out, att, qkv []float32, B, T int) {
-	m.jobs.attn = attnJob{out: out, att: att, qkv: qkv, attnShape: m.attnShape(T)}
+// attentionForward fills out (B, T, C) and att (B, NH, T, T) from qkv,
+// using scratch (B, T, C) (any free buffer; its contents are lost).
+func (m *Model) attentionForward(out, att, qkv, scratch []float32, B, T int) {
+	m.jobs.attn = attnJob{out: out, att: att, qkv: qkv, attnShape: m.attnShape(T, scratch)}
 	m.pool.run(B*m.cfg.Heads, 1, &m.jobs.attn)
 	m.jobs.attn = attnJob{}
 }
@@ -125,6 +201,72 @@ type attnBackJob struct {
 }
 
 func (j *attnBackJob) runRange(lo, hi int) {
+	if j.bf16 {
+		j.runRangeBF16(lo, hi)
+		return
+	}
+	T, C, NH := j.T, j.C, j.NH
+	HS, C3, scale := j.dims()
+	for bh := lo; bh < hi; bh++ {
+		b, h := bh/NH, bh%NH
+		base := b * T * C3
+		q, k := j.qkv[base+h*HS:], j.qkv[base+C+h*HS:]
+		dq, dk, dv := j.dqkv[base+h*HS:], j.dqkv[base+C+h*HS:], j.dqkv[base+2*C+h*HS:]
+		dy := j.dout[b*T*C+h*HS:]
+		att := j.att[bh*T*T:][:T*T]
+		datt := j.datt[bh*T*T:][:T*T]
+		vt := j.scratch[bh*HS*T:][:HS*T]
+		transposeHead(vt, j.qkv[base+2*C+h*HS:], C3, T, HS)
+		scoreRows(datt, dy, C, vt, T, HS) // datt = dy · vᵀ
+		// dv = attᵀ · dy. Rows r0.. need the products from t = r0 on; the
+		// zeros of att above the diagonal leave the sums at +0 until their
+		// first term, as if they had started there.
+		for r0 := 0; r0 < T; r0 += causalRows {
+			rows := min(causalRows, T-r0)
+			seqgemm.Mul(rows, HS, T-r0, att[r0*T+r0:], 1, T, dy[r0*C:], C, dv[r0*C3:], C3)
+		}
+		// The softmax and scale backward in place, row by row.
+		for t := range T {
+			p := att[t*T:][:t+1]
+			row := datt[t*T:][:T]
+			ds := row[:t+1]
+			if j.round != nil {
+				j.round(ds)
+			}
+			var sum float64
+			for t2, g := range ds {
+				sum += float64(p[t2] * g)
+			}
+			s := float32(sum)
+			for t2, g := range ds {
+				ds[t2] = p[t2] * (g - s)
+			}
+			if j.round != nil {
+				j.round(ds)
+			}
+			for t2 := range ds {
+				ds[t2] *= scale
+			}
+			clear(row[t+1:]) // dq and dk below read whole blocks
+		}
+		// dq = ds · k and dk = dsᵀ · q, as dv above.
+		for t0 := 0; t0 < T; t0 += causalRows {
+			rows := min(causalRows, T-t0)
+			seqgemm.Mul(rows, HS, t0+rows, datt[t0*T:], T, 1, k, C3, dq[t0*C3:], C3)
+			seqgemm.Mul(rows, HS, T-t0, datt[t0*T+t0:], 1, T, q[t0*C3:], C3, dk[t0*C3:], C3)
+		}
+		if j.round != nil {
+			for t := range T {
+				for part := range 3 {
+					j.round(j.dqkv[base+t*C3+part*C+h*HS:][:HS])
+				}
+			}
+		}
+	}
+}
+
+// runRangeBF16 is the backward in the order of torch's bf16 kernels.
+func (j *attnBackJob) runRangeBF16(lo, hi int) {
 	T, C, NH := j.T, j.C, j.NH
 	HS, C3, scale := j.dims()
 	for bh := lo; bh < hi; bh++ {
@@ -137,42 +279,22 @@ func (j *attnBackJob) runRange(lo, hi int) {
 		}
 		// datt and dv from dy; then the softmax and scale backward in place.
 		for t := range T {
-			if j.bf16 {
-				t = pairSwap(t, T) // dv sums over t in the bf16 GEMM's order
-			}
+			t = pairSwap(t, T) // dv sums over t in the bf16 GEMM's order
 			dy := j.dout[(b*T+t)*C+h*HS:][:HS]
 			p := j.att[(bh*T+t)*T:][:t+1]
 			ds := j.datt[(bh*T+t)*T:][:t+1]
 			for t2 := range ds {
 				v := j.qkv[base+t2*C3+2*C+h*HS:][:HS]
 				dv := j.dqkv[base+t2*C3+2*C+h*HS:][:HS]
-				var dot float32
-				if j.bf16 {
-					dot = dotPairs(dy, v)
-					for i, g := range dy {
-						dv[i] += p[t2] * g
-					}
-				} else {
-					for i, g := range dy {
-						dot += g * v[i]
-						dv[i] += p[t2] * g
-					}
+				ds[t2] = dotPairs(dy, v)
+				for i, g := range dy {
+					dv[i] += p[t2] * g
 				}
-				ds[t2] = dot
 			}
 			if j.round != nil {
 				j.round(ds)
 			}
-			var s float32
-			if j.bf16 {
-				s = rb(softmaxBackSumBF16(p, ds))
-			} else {
-				var sum float64
-				for t2, g := range ds {
-					sum += float64(p[t2] * g)
-				}
-				s = float32(sum)
-			}
+			s := rb(softmaxBackSumBF16(p, ds))
 			for t2, g := range ds {
 				ds[t2] = p[t2] * (g - s)
 			}
@@ -185,16 +307,12 @@ func (j *attnBackJob) runRange(lo, hi int) {
 		}
 		// dq, dk from ds.
 		for t := range T {
-			if j.bf16 {
-				t = pairSwap(t, T) // dk sums over t in the bf16 GEMM's order
-			}
+			t = pairSwap(t, T) // dk sums over t in the bf16 GEMM's order
 			ds := j.datt[(bh*T+t)*T:][:t+1]
 			q := j.qkv[base+t*C3+h*HS:][:HS]
 			dq := j.dqkv[base+t*C3+h*HS:][:HS]
 			for t2 := range ds {
-				if j.bf16 {
-					t2 = pairSwap(t2, len(ds)) // and dq over t2
-				}
+				t2 = pairSwap(t2, len(ds)) // and dq over t2
 				g := ds[t2]
 				k := j.qkv[base+t2*C3+C+h*HS:][:HS]
 				dk := j.dqkv[base+t2*C3+C+h*HS:][:HS]
@@ -215,9 +333,9 @@ func (j *attnBackJob) runRange(lo, hi int) {
 }
 
 // attentionBackward writes dqkv (B, T, 3C) from dout (B, T, C), using
-// datt (B, NH, T, T) as scratch.
-func (m *Model) attentionBackward(dqkv, datt, dout, qkv, att []float32, B, T int) {
-	m.jobs.attnB = attnBackJob{dqkv: dqkv, datt: datt, dout: dout, qkv: qkv, att: att, attnShape: m.attnShape(T)}
+// datt (B, NH, T, T) and scratch (B, T, C) as scratch.
+func (m *Model) attentionBackward(dqkv, datt, dout, qkv, att, scratch []float32, B, T int) {
+	m.jobs.attnB = attnBackJob{dqkv: dqkv, datt: datt, dout: dout, qkv: qkv, att: att, attnShape: m.attnShape(T, scratch)}
 	m.pool.run(B*m.cfg.Heads, 1, &m.jobs.attnB)
 	m.jobs.attnB = attnBackJob{}
 }

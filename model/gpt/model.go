@@ -385,7 +385,7 @@ func (m *Model) blockForward(l int, x []float32, ba *blockActs, out []float32) {
 	N, C, M := B*T, m.cfg.Dim, m.cfg.MLP
 	m.layernormForward(ba.ln1, ba.ln1Mean, ba.ln1Rstd, x, p.ln1w, p.ln1b, N)
 	m.matmulForward(ba.qkv, ba.ln1, p.qkvw, p.qkvb, N, C, 3*C)
-	m.attentionForward(ba.atty, ba.att, ba.qkv, B, T)
+	m.attentionForward(ba.atty, ba.att, ba.qkv, m.a.dx, B, T) // dx is free in any forward
 	m.matmulForward(ba.res2, ba.atty, p.attprojw, p.attprojb, N, C, C)
 	m.residualForward(ba.res2, x, ba.res2)
 	m.layernormForward(ba.ln2, ba.ln2Mean, ba.ln2Rstd, ba.res2, p.ln2w, p.ln2b, N)
@@ -409,7 +409,7 @@ func (m *Model) blockBackward(l int, x []float32, ba *blockActs, dres []float32)
 	m.layernormBackward(a.dx, g.ln2w, g.ln2b, a.dln, ba.res2, p.ln2w, ba.ln2Mean, ba.ln2Rstd, N)
 	m.residualBackward(dres, a.dx) // dres = d(res2)
 	m.matmulBackward(a.datty, g.attprojw, g.attprojb, dres, ba.atty, p.attprojw, N, C, C)
-	m.attentionBackward(a.dqkv, a.datt, a.datty, ba.qkv, ba.att, B, T)
+	m.attentionBackward(a.dqkv, a.datt, a.datty, ba.qkv, ba.att, a.dx, B, T) // dx is written next
 	m.matmulBackward(a.dln, g.qkvw, g.qkvb, a.dqkv, ba.ln1, p.qkvw, N, C, 3*C)
 	m.layernormBackward(a.dx, g.ln1w, g.ln1b, a.dln, x, p.ln1w, ba.ln1Mean, ba.ln1Rstd, N)
 	m.residualBackward(dres, a.dx) // dres = d(x)
