@@ -22,10 +22,31 @@ import (
 //     the scalar loop 4 wide), the rest as fmas.
 //
 // Golden tests pin all of this against real torch output.
+//
+// Where the CPU has AVX2 and FMA3 the lane loop runs in assembly
+// (sumSquaresVector): one YMM register holds the 8 accumulators and
+// VFMADD231PS is the fma of every lane, which rounds exactly as fma32, so
+// the result has the same bits as the scalar code on every input.
 func SumSquaresF32(x []float32) float32 {
 	var acc [8]float32
+	d := sumSquaresVector(&acc, x)
+	return sumSquaresFinish(acc, x, d)
+}
+
+// sumSquaresScalar is SumSquaresF32 without the assembly: the reference the
+// vector path is tested and benchmarked against.
+func sumSquaresScalar(x []float32) float32 {
+	return sumSquaresFinish([8]float32{}, x, 0)
+}
+
+// sumSquaresFinish continues SumSquaresF32 from element d (a multiple of 8)
+// with the lane accumulators acc: the remaining lane steps (fma32 emulates
+// the hardware fma in float64, which is why the assembly pays off), the
+// fold and the tails. The fold and the tails stay here for both paths:
+// they touch at most 15 values, and keeping one copy of them keeps the
+// order of their roundings in one place.
+func sumSquaresFinish(acc [8]float32, x []float32, d int) float32 {
 	n := len(x)
-	d := 0
 	for ; d+8 <= n; d += 8 {
 		v := x[d : d+8 : d+8]
 		acc[0] = fma32(v[0], v[0], acc[0])

@@ -3,6 +3,7 @@ package optim
 import (
 	"encoding/json"
 	"math"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"strings"
@@ -197,5 +198,148 @@ func TestScaleIsElementwise(t *testing.T) {
 		if v != float32(i)*0.5 {
 			t.Fatalf("x[%d] = %v", i, v)
 		}
+	}
+}
+
+// scalarLanes is the lane loop of sumSquaresFinish on its own: the 8
+// accumulators after every full group of 8 elements of x.
+func scalarLanes(x []float32) (acc [8]float32) {
+	for d := 0; d+8 <= len(x); d += 8 {
+		for j := range acc {
+			acc[j] = fma32(x[d+j], x[d+j], acc[j])
+		}
+	}
+	return acc
+}
+
+// laneTies counts the lane steps of x whose exact sum lies on a float32
+// rounding midpoint of the normal range (a tie, which round-to-nearest-even
+// decides, and fma32's slow path), to show that a test case reaches them.
+func laneTies(x []float32) int {
+	var acc [8]float32
+	ties := 0
+	for d := 0; d+8 <= len(x); d += 8 {
+		for j := range acc {
+			s := fmaD(x[d+j], x[d+j], acc[j])
+			if bits := math.Float64bits(s); bits&(1<<29-1) == 1<<28 && bits&(0x7FF<<52) >= 0x381<<52 {
+				ties++
+			}
+			acc[j] = fma32(x[d+j], x[d+j], acc[j])
+		}
+	}
+	return ties
+}
+
+// The assembly lane loop gives SumSquaresF32 the bits of the scalar code,
+// and its 8 lanes the bits of the scalar lanes, on lengths 0..100 at
+// several misalignments, on lengths around one, two and three assembly
+// blocks (the lanes cross calls through memory) and on one long ragged
+// length, for values from every float32 class.
+//
+// Double rounding, the other trap of fma32, does not occur here: a search
+// over every odd 24-bit significand of x and every alignment of x*x to an
+// accumulator acc ≥ 0 finds no sum that float64 rounds onto a float32
+// midpoint the exact sum is not on (x*x would need 29 zero or one bits
+// right after its half-ulp bit). The "ties" case aims at exact midpoints
+// instead, which round to even.
+//
+// NaNs must match too, payload and sign: where a NaN square meets a NaN
+// accumulator both paths keep the square's NaN (VFMADD231PS by its operand
+// priority, fma32 by the operand order of its float64 add), so no case
+// needs the looser "both NaN" of the Adam kernel tests.
+func TestSumSquaresVectorMatchesScalarBitForBit(t *testing.T) {
+	if !haveAVX2FMA {
+		t.Skip("no AVX2+FMA kernel in this build or on this CPU")
+	}
+	r := rand.New(rand.NewPCG(3, 14))
+	pow2 := func(e int) float32 { return float32(math.Ldexp(1, e)) }
+	sign := func() float32 { return float32(1 - 2*r.IntN(2)) }
+	for _, tc := range []struct {
+		name string
+		next func() float32
+		ties bool // must reach float32 midpoints
+	}{
+		{name: "training", next: func() float32 { return sign() * float32(math.Ldexp(r.Float64(), -r.IntN(30))) }},
+		{name: "classes", next: f32gen{r: r}.next},
+		{name: "classes-nan", next: f32gen{r: r, nan: true}.next},
+		{name: "zeros", next: func() float32 {
+			if r.IntN(16) == 0 {
+				return sign() * math.Float32frombits(1+r.Uint32N(1<<23-1))
+			}
+			return sign() * 0
+		}},
+		// Squares that are subnormal, or underflow to zero, and sums that
+		// cross into the normal range.
+		{name: "subnormal", next: func() float32 {
+			return sign() * float32(math.Ldexp(1+r.Float64(), -64-r.IntN(12)))
+		}},
+		// Powers of two and their neighbours, squares spanning 25
+		// binades: sums of 24 significant bits plus an exact half ulp.
+		{name: "ties", ties: true, next: func() float32 {
+			x := pow2(-r.IntN(13))
+			switch r.IntN(4) {
+			case 0:
+				x *= 1 + pow2(-23)
+			case 1:
+				x *= 1 - pow2(-24)
+			}
+			return sign() * x
+		}},
+		// Sums that overflow to +Inf, and Inf inputs.
+		{name: "overflow", next: func() float32 {
+			if r.IntN(50) == 0 {
+				return sign() * float32(math.Inf(1))
+			}
+			return sign() * float32(math.Ldexp(1+r.Float64(), 50+r.IntN(15)))
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var lens []int
+			for n := 0; n <= 100; n++ {
+				lens = append(lens, n)
+			}
+			blocks := 3
+			if testing.Short() {
+				blocks = 1
+			}
+			for b := 1; b <= blocks; b++ {
+				for d := -9; d <= 9; d++ {
+					lens = append(lens, b*vecBlock+d)
+				}
+			}
+			lens = append(lens, (blocks+1)*vecBlock+8*r.IntN(vecBlock/8)+5)
+			const maxOff = 3
+			buf := make([]float32, lens[len(lens)-1]+maxOff)
+			ties := 0
+			for _, n := range lens {
+				off := n % (maxOff + 1) // the start's alignment varies with n
+				x := buf[off : off+n]
+				for i := range x {
+					x[i] = tc.next()
+				}
+				var vacc [8]float32
+				d := sumSquaresVector(&vacc, x)
+				if want := len(x) &^ 7; d != want {
+					t.Fatalf("len %d: vector lanes stop at %d, want %d", n, d, want)
+				}
+				sacc := scalarLanes(x)
+				for j := range vacc {
+					if math.Float32bits(vacc[j]) != math.Float32bits(sacc[j]) {
+						t.Fatalf("len %d: lane %d: vector %#08x (%g), scalar %#08x (%g)",
+							n, j, math.Float32bits(vacc[j]), vacc[j], math.Float32bits(sacc[j]), sacc[j])
+					}
+				}
+				got, want := SumSquaresF32(x), sumSquaresScalar(x)
+				if math.Float32bits(got) != math.Float32bits(want) {
+					t.Fatalf("len %d: SumSquaresF32 %#08x (%g), scalar %#08x (%g)",
+						n, math.Float32bits(got), got, math.Float32bits(want), want)
+				}
+				ties += laneTies(x)
+			}
+			if tc.ties && ties == 0 {
+				t.Error("no lane step met a float32 midpoint; the case lost its subject")
+			}
+			t.Logf("%d lengths, %d lane ties", len(lens), ties)
+		})
 	}
 }
