@@ -15,6 +15,16 @@ import (
 // not change a single bit of the result.
 const defaultMaxCount = 1 << 28
 
+// defaultScratchMax bounds the scratch a collective holds: 2^20 elements,
+// 4 MiB of fp32. An all-reduce or a reduce-scatter receives the other
+// ranks' chunks into scratch that the communicator keeps for its next
+// calls, so without a bound one reduce-scatter of a large gradient (a
+// GPT's 38.6M-element LM head: 74 MiB with 2 ranks) stays resident, beside
+// the accounted memory, for the rest of the run. Collectives larger than
+// the bound are cut into segments whose scratch fits it; 4 MiB messages
+// still run at the transport's bandwidth.
+const defaultScratchMax = 1 << 20
+
 // run is the collective itself, on the worker: the signature check when
 // Options.Verify is set, then the MPI calls.
 func (c *communicator) run(x *call) *fault {
@@ -57,7 +67,8 @@ func (c *communicator) slot(k int) int {
 	return k
 }
 
-// allReduce, for each segment of buf of at most maxCount elements:
+// allReduce, for each segment of buf of at most maxCount elements, and
+// of at most n·scratchMax/(n−1) so that its scratch fits scratchMax:
 //
 //  1. MPI_Alltoallv: rank r receives chunk r of every other rank's segment
 //     (its own chunk stays in place);
@@ -74,8 +85,9 @@ func (c *communicator) allReduce(buf comm.Buffer, op comm.Op) error {
 	if n == 1 {
 		return nil // the sum and the average of one buffer are the buffer
 	}
-	for lo := 0; lo < buf.Len(); lo += c.maxCount {
-		seg := buf.Slice(lo, min(lo+c.maxCount, buf.Len()))
+	segLen := min(c.maxCount, n*max(1, c.scratchMax/(n-1)))
+	for lo := 0; lo < buf.Len(); lo += segLen {
+		seg := buf.Slice(lo, min(lo+segLen, buf.Len()))
 		mlo, mhi := chunk(seg.Len(), n, me)
 		m := mhi - mlo
 		recv := c.s.buffer(1, buf.DType(), (n-1)*m)
@@ -120,26 +132,29 @@ func (c *communicator) allReduce(buf comm.Buffer, op comm.Op) error {
 
 // reduceScatter: MPI_Alltoallv sends chunk k of in to rank k (rank r
 // receives chunk r of every other rank's in), and comm.Reduce reduces them
-// in rank order into out. When the n chunks of in exceed maxCount, each
-// chunk is cut into segments of maxCount/n elements, packed into one send
-// buffer per segment (the displacements k·m of in itself would overflow a C
-// int). In place, out is chunk Rank() of in: a segment of it is written
-// only after it has been read.
+// in rank order into out. Each chunk is cut into segments of at most
+// scratchMax/(n−1) elements, so that the other ranks' segments fit the
+// scratch. When the n chunks of in exceed maxCount, the segments are of
+// at most maxCount/n elements, packed into one send buffer per segment
+// (the displacements k·m of in itself would overflow a C int). In place,
+// out is chunk Rank() of in: a segment of it is written only after it has
+// been read.
 func (c *communicator) reduceScatter(out, in comm.Buffer, op comm.Op) error {
 	n, me, m, dt := c.Size(), c.rank, out.Len(), out.DType()
 	if n == 1 {
 		comm.Reduce([]comm.Buffer{out}, []comm.Buffer{in}, op)
 		return nil
 	}
-	step := m
-	if n*m > c.maxCount {
-		step = max(1, c.maxCount/n)
+	pack := n*m > c.maxCount
+	step := min(m, max(1, c.scratchMax/(n-1)))
+	if pack {
+		step = min(step, max(1, c.maxCount/n))
 	}
 	for a := 0; a < m; a += step {
 		b := min(a+step, m)
 		s := b - a
 		send, stride := in.Slice(a, in.Len()), m // chunk k's segment at k·m
-		if step < m {
+		if pack {
 			send, stride = c.s.buffer(0, dt, n*s), s
 			for k := range n {
 				if k != me {
@@ -173,8 +188,8 @@ func (c *communicator) reduceScatter(out, in comm.Buffer, op comm.Op) error {
 
 // allGather is MPI_Allgather of in into out (MPI_IN_PLACE when in is chunk
 // Rank() of out). When out exceeds maxCount, each chunk is cut into
-// segments of maxCount/n elements, gathered into a scratch buffer and
-// copied to their places.
+// segments of at most maxCount/n and scratchMax/n elements, gathered into
+// a scratch buffer and copied to their places.
 func (c *communicator) allGather(out, in comm.Buffer) error {
 	n, me, m, dt := c.Size(), c.rank, in.Len(), in.DType()
 	inPlace := comm.Same(in, out.Slice(me*m, (me+1)*m))
@@ -194,7 +209,7 @@ func (c *communicator) allGather(out, in comm.Buffer) error {
 		}
 		return allgather(c.h, send, comm.Ptr(out), m, typeOf(dt))
 	}
-	step := max(1, c.maxCount/n)
+	step := max(1, min(c.maxCount, c.scratchMax)/n)
 	for a := 0; a < m; a += step {
 		b := min(a+step, m)
 		s := b - a
@@ -232,7 +247,7 @@ func (c *communicator) split(color, key int) (*communicator, error) {
 	if err != nil || !ok {
 		return nil, err
 	}
-	return c.w.newComm(h, false, c.maxCount, c.verify)
+	return c.w.newComm(h, false, c.maxCount, c.scratchMax, c.verify)
 }
 
 // scratch is a communicator's reusable memory, used by its worker only:

@@ -20,13 +20,14 @@ import (
 // collectives run on its own worker goroutine, one after another, in issue
 // order; a watchdog bounds each of them.
 type communicator struct {
-	w        *World
-	h        handle
-	name     string // "world", or "group[…]" with world ranks
-	rank     int
-	members  []int // world ranks, by rank
-	maxCount int   // elements per MPI call (see segments)
-	verify   bool
+	w          *World
+	h          handle
+	name       string // "world", or "group[…]" with world ranks
+	rank       int
+	members    []int // world ranks, by rank
+	maxCount   int   // elements per MPI call (see segments)
+	scratchMax int   // elements of scratch per collective (see defaultScratchMax)
+	verify     bool
 
 	mu      sync.Mutex
 	queue   comm.Queue[*call] // guarded by mu
@@ -41,7 +42,7 @@ type communicator struct {
 var _ comm.Comm = (*communicator)(nil)
 
 // newComm wraps an MPI communicator and starts its worker.
-func (w *World) newComm(h handle, isWorld bool, maxCount int, verify bool) (*communicator, error) {
+func (w *World) newComm(h handle, isWorld bool, maxCount, scratchMax int, verify bool) (*communicator, error) {
 	rank, members, err := describe(h)
 	if err != nil {
 		return nil, err
@@ -50,7 +51,7 @@ func (w *World) newComm(h handle, isWorld bool, maxCount int, verify bool) (*com
 	if !isWorld {
 		name = "group" + fmt.Sprint(members)
 	}
-	c := &communicator{w: w, h: h, name: name, rank: rank, members: members, maxCount: maxCount, verify: verify, exited: make(chan struct{})}
+	c := &communicator{w: w, h: h, name: name, rank: rank, members: members, maxCount: maxCount, scratchMax: scratchMax, verify: verify, exited: make(chan struct{})}
 	c.queue.Init(&c.mu)
 	if err := w.register(c); err != nil {
 		return nil, err

@@ -49,8 +49,11 @@
 // of fp32, well inside both the 2^31−1 count and the 2 GiB message size
 // that some transports mishandle); larger collectives are cut into
 // segments, which changes no bit of an element-wise result. Scratch memory:
-// an all-reduce keeps (n−1)/n of its buffer (of a segment) per
-// communicator, reused from call to call.
+// an all-reduce or a reduce-scatter receives (n−1)/n of its buffer (of a
+// segment) into scratch, kept per communicator and reused from call to
+// call; collectives are cut into segments whose scratch stays within 2^20
+// elements (4 MiB of fp32), so that one large collective does not leave
+// its size resident for the rest of the run.
 //
 // Threads. Each communicator has a worker goroutine that runs its
 // collectives one after another in issue order, each a blocking MPI call;

@@ -216,6 +216,21 @@ func TestRanks(t *testing.T) {
 		checkInproc(t, sub)
 	})
 
+	// Scratch: the suite again with at most 30 elements of scratch per
+	// collective, so that reductions are cut into segments well within
+	// maxCount (sent from in itself, not packed).
+	t.Run("scratch-bounded", func(t *testing.T) {
+		sub, err := c.Split(ctx, 0, me)
+		if err != nil {
+			t.Fatal(err)
+		}
+		sub.(*communicator).scratchMax = 30
+		if err := commtest.Check(ctx, sub, commtest.Cases(n)); err != nil {
+			t.Fatal(err)
+		}
+		checkInproc(t, sub)
+	})
+
 	t.Run("async", func(t *testing.T) {
 		const k, m = 8, 37
 		bufs := make([][]float32, k)

@@ -64,7 +64,7 @@ func Init(opts Options) (*World, error) {
 	}
 	h, err := dupWorld()
 	if err == nil {
-		w.world, err = w.newComm(h, true, defaultMaxCount, opts.Verify)
+		w.world, err = w.newComm(h, true, defaultMaxCount, defaultScratchMax, opts.Verify)
 	}
 	if err != nil {
 		reply := make(chan error)
