@@ -175,7 +175,17 @@ func (r *reducer) landOldest() error {
 func (r *reducer) recycle(fl rsFlight) {
 	s := r.s
 	un := &s.l.Units[fl.u]
-	s.grads.Release(un.Offset, un.Offset+un.Numel)
+	// The units around it whose gradients are not live read zero (stage 3
+	// hands every range back zeroed): the huge pages it shares with them
+	// go back too, instead of staying resident at every unit boundary.
+	olo, ohi := un.Offset, un.Offset+un.Numel
+	for v := fl.u - 1; v >= 0 && !r.ug.Live(v); v-- {
+		olo = s.l.Units[v].Offset
+	}
+	for v := fl.u + 1; v < len(s.l.Units) && !r.ug.Live(v); v++ {
+		ohi = s.l.Units[v].Offset + s.l.Units[v].Numel
+	}
+	s.grads.ReleaseIn(un.Offset, un.Offset+un.Numel, olo, ohi)
 	r.ug.Release(fl.u)
 	for _, st := range fl.staged {
 		s.f.putStaging(st.staging)

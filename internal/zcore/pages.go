@@ -35,10 +35,22 @@ func (p *Pages) F32() []float32 { return p.f32 }
 // Release zeroes elements [lo, hi): the pages that lie wholly inside the
 // range are given back, the partial pages at its ends are cleared.
 func (p *Pages) Release(lo, hi int) {
-	if lo < 0 || hi > len(p.f32) || lo > hi {
-		panic("zcore: Pages.Release out of range")
+	p.ReleaseIn(lo, hi, lo, hi)
+}
+
+// ReleaseIn is Release of [lo, hi) where the caller knows that the rest
+// of [outerLo, outerHi), which holds [lo, hi), reads zero already (it was
+// released, or never written): a page at either end that lies wholly
+// inside the outer range is given back too, where Release would only
+// clear its part of it and leave it resident. Stage 3 releases a unit's
+// gradients so, with the neighbouring units that hold none as the outer
+// range: with Release alone every huge page that straddles two units
+// stays resident after both are released.
+func (p *Pages) ReleaseIn(lo, hi, outerLo, outerHi int) {
+	if outerLo < 0 || outerHi > len(p.f32) || outerLo > lo || lo > hi || hi > outerHi {
+		panic("zcore: Pages.ReleaseIn out of range")
 	}
-	p.m.release(p.f32, lo, hi)
+	p.m.release(p.f32, lo, hi, outerLo, outerHi)
 }
 
 // Close unmaps the buffer.

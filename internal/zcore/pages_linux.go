@@ -38,16 +38,26 @@ func mapF32(n int) ([]float32, mapping, error) {
 	return unsafe.Slice((*float32)(unsafe.Pointer(unsafe.SliceData(raw))), n), m, nil
 }
 
-func (m mapping) release(f []float32, lo, hi int) {
+// release zeroes [lo, hi) and gives back the whole pages of [olo, ohi)
+// that overlap it (the rest of [olo, ohi) reads zero already).
+func (m mapping) release(f []float32, lo, hi, olo, ohi int) {
 	base := int(uintptr(unsafe.Pointer(unsafe.SliceData(m.raw))) / 4 % uintptr(m.page)) // mapping start within a page
+	// The pages that hold lo and hi, cut at the ends of the mapping, go
+	// back too when they lie inside the outer range.
 	plo := (base+lo+m.page-1)/m.page*m.page - base
+	if down := max(plo-m.page, 0); plo > lo && down >= olo {
+		plo = down
+	}
 	phi := (base+hi)/m.page*m.page - base
+	if up := min(phi+m.page, len(f)); phi < hi && up <= ohi {
+		phi = up
+	}
 	if plo >= phi {
 		clear(f[lo:hi])
 		return
 	}
-	clear(f[lo:plo])
-	clear(f[phi:hi])
+	clear(f[lo:max(lo, plo)])
+	clear(f[min(hi, phi):hi])
 	if err := syscall.Madvise(m.raw[4*plo:4*phi], syscall.MADV_DONTNEED); err != nil {
 		clear(f[plo:phi]) // cannot happen on a private anonymous mapping; zero by hand
 	}

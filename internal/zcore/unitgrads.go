@@ -114,6 +114,10 @@ func (g *UnitGrads) EndPass() {
 	g.Backwards++
 }
 
+// Live reports whether unit v's gradients are live: from the
+// BeforeBackward that makes them so until Release.
+func (g *UnitGrads) Live(v int) bool { return g.live[v] }
+
 // Release returns unit v's live gradients to the accountant.
 func (g *UnitGrads) Release(v int) {
 	if g.live[v] {

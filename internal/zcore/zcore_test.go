@@ -86,6 +86,47 @@ func TestPagesRelease(t *testing.T) {
 	}
 }
 
+// TestPagesReleaseIn: ReleaseIn zeroes [lo, hi) and nothing outside the
+// outer range, whose rest reads zero as the caller promises.
+func TestPagesReleaseIn(t *testing.T) {
+	huge := (2 << 20) / 4
+	n := 3*huge + 100
+	p, err := NewPages(n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	f := p.F32()
+	for _, r := range [][4]int{
+		{huge / 2, huge + 3, 0, 2 * huge},
+		{huge + 1, huge + 2, huge, huge + 5},
+		{5, 3 * huge, 0, n},
+		{2 * huge, n, huge, n},
+		{0, 7, 0, huge},
+	} {
+		lo, hi, olo, ohi := r[0], r[1], r[2], r[3]
+		for i := range f {
+			f[i] = float32(i + 1)
+			if i >= olo && i < ohi {
+				f[i] = 0
+			}
+		}
+		for i := lo; i < hi; i++ {
+			f[i] = float32(i + 1)
+		}
+		p.ReleaseIn(lo, hi, olo, ohi)
+		for i, v := range f {
+			want := float32(i + 1)
+			if i >= olo && i < ohi {
+				want = 0
+			}
+			if v != want {
+				t.Fatalf("release %v: element %d is %g, want %g", r, i, v, want)
+			}
+		}
+	}
+}
+
 // TestChunks covers [0, n) in order with calls of at most size.
 func TestChunks(t *testing.T) {
 	for _, tc := range []struct{ n, size, calls int }{{10, 3, 4}, {10, 0, 1}, {10, 20, 1}, {0, 3, 0}, {9, 3, 3}} {
