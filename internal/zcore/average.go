@@ -92,7 +92,7 @@ func (a Averaging) Before(p *optim.Pool, x []float32) {
 	toComm := Rounding(a.comm)
 	round(a.bucket, x)
 	if a.div != 0 {
-		divide(x, a.div)
+		p.Divide(x, a.div)
 		round(a.bucket, x)
 	}
 	round(toComm, x)
@@ -217,11 +217,4 @@ func parseDType(s string) device.DType {
 		return device.F32
 	}
 	panic(fmt.Sprintf("zcore: dtype %q: want fp32, fp16 or bf16", s))
-}
-
-// divide is x[i] /= d (torch's div_ by a scalar, float32).
-func divide(x []float32, d float32) {
-	for i := range x {
-		x[i] /= d
-	}
 }

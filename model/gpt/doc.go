@@ -87,10 +87,11 @@
 // LayerNorm parameter gradients, the mean loss) are accumulated in
 // float64 here; GELU and exp are evaluated in float64. Results agree with
 // PyTorch to about 1e-7 relative, not bit for bit. The attention's
-// q·kᵀ, att·v and their backward are loops per (batch, head) in llm.c's
-// order: computing them as GEMMs per head was 6× faster but moved the
-// 10-step final weights from 7.6e-6 to 1.3e-5 of PyTorch's, past the
-// 1e-5 the parity tests hold. Each
+// q·kᵀ, att·v and their backward sum in llm.c's loop order (each sum in
+// order of its index, one rounding per product and per sum): a BLAS GEMM
+// per head moved the 10-step final weights from 7.6e-6 to 1.3e-5 of
+// PyTorch's, past the 1e-5 the parity tests hold. internal/seqgemm
+// computes exactly those loops' sums eight elements per instruction. Each
 // parameter gradient of a Backward is computed whole into a scratch and
 // then added to the gradient buffer, as PyTorch's AccumulateGrad does
 // (grad + new); after OverwriteGrads it is computed in place (a weight

@@ -201,6 +201,48 @@ func TestScaleIsElementwise(t *testing.T) {
 	}
 }
 
+// Pool.Scale and Pool.Divide give every element the bits of the scalar
+// float32 product or quotient, on lengths that end inside and after the
+// vector blocks, for values of every class and divisors that are and are
+// not powers of two.
+func TestElementwiseMatchesScalarBitForBit(t *testing.T) {
+	pool := NewPool(2)
+	defer pool.Close()
+	rng := rand.New(rand.NewPCG(7, 8))
+	for _, n := range []int{0, 1, 7, 8, 9, 100, vecBlock - 1, vecBlock + 13, 3*vecBlock + 5} {
+		for _, c := range []float32{4, 3, 0.1, 1e-40, 0, float32(math.Inf(-1))} {
+			x := make([]float32, n)
+			for i := range x {
+				switch rng.IntN(20) {
+				case 0:
+					x[i] = math.Float32frombits(rng.Uint32()) // any class, NaNs included
+				case 1:
+					x[i] = math.Float32frombits(rng.Uint32N(1 << 23)) // subnormal
+				default:
+					x[i] = float32(rng.NormFloat64())
+				}
+			}
+			for _, op := range []struct {
+				name string
+				run  func([]float32)
+				want func(float32) float32
+			}{
+				{"Scale", func(y []float32) { pool.Scale(y, c) }, func(v float32) float32 { return v * c }},
+				{"Divide", func(y []float32) { pool.Divide(y, c) }, func(v float32) float32 { return v / c }},
+			} {
+				y := append([]float32(nil), x...)
+				op.run(y)
+				for i, v := range x {
+					w := op.want(v)
+					if math.Float32bits(y[i]) != math.Float32bits(w) && !(y[i] != y[i] && w != w) {
+						t.Fatalf("%s n=%d c=%v: element %d (%v) gives %v, the scalar operation %v", op.name, n, c, i, v, y[i], w)
+					}
+				}
+			}
+		}
+	}
+}
+
 // scalarLanes is the lane loop of sumSquaresFinish on its own: the 8
 // accumulators after every full group of 8 elements of x.
 func scalarLanes(x []float32) (acc [8]float32) {

@@ -30,8 +30,9 @@ type Pool struct {
 	n      int
 	closed bool
 
-	smu sync.Mutex // serialises Scale, which owns sk
+	smu sync.Mutex // serialises Scale and Divide, which own sk and dk
 	sk  scaleKernel
+	dk  divideKernel
 }
 
 // NewPool starts a pool of workers goroutines (GOMAXPROCS when workers ≤ 0).
