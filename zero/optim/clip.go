@@ -132,53 +132,41 @@ func Zero3UnscaleFactor(total, lossScale, clipGrad float64) float32 {
 
 // Scale multiplies x by c in place (grad.mul_(coef)) on the pool's
 // workers; a nil pool scales on the caller.
-func (p *Pool) Scale(x []float32, c float32) {
+func (p *Pool) Scale(x []float32, c float32) { p.each(x, c, scaleChunk) }
+
+// Divide divides x by d in place (torch's div_ by a scalar, float32) on
+// the pool's workers; a nil pool divides on the caller. A quotient is not
+// a product by 1/d, so this is a division per element (eight per
+// instruction where the CPU has AVX).
+func (p *Pool) Divide(x []float32, d float32) { p.each(x, d, divideChunk) }
+
+// each runs f(chunk, c) over chunks of x on the pool's workers, or over
+// all of x on the caller when p is nil.
+func (p *Pool) each(x []float32, c float32, f func([]float32, float32)) {
 	if p == nil {
-		scaleChunk(x, c)
+		f(x, c)
 		return
 	}
 	p.smu.Lock()
 	defer p.smu.Unlock()
-	p.sk = scaleKernel{x: x, c: c}
-	p.Run(len(x), &p.sk)
-	p.sk.x = nil
+	p.ek = eachKernel{x: x, c: c, f: f}
+	p.Run(len(x), &p.ek)
+	p.ek = eachKernel{}
 }
 
-type scaleKernel struct {
+type eachKernel struct {
 	x []float32
 	c float32
+	f func([]float32, float32)
 }
 
-func (k *scaleKernel) Chunk(lo, hi int) { scaleChunk(k.x[lo:hi], k.c) }
+func (k *eachKernel) Chunk(lo, hi int) { k.f(k.x[lo:hi], k.c) }
 
 func scaleChunk(x []float32, c float32) {
 	for i := scaleVector(x, c); i < len(x); i++ {
 		x[i] *= c
 	}
 }
-
-// Divide divides x by d in place (torch's div_ by a scalar, float32) on
-// the pool's workers; a nil pool divides on the caller. A quotient is not
-// a product by 1/d, so this is a division per element (eight per
-// instruction where the CPU has AVX).
-func (p *Pool) Divide(x []float32, d float32) {
-	if p == nil {
-		divideChunk(x, d)
-		return
-	}
-	p.smu.Lock()
-	defer p.smu.Unlock()
-	p.dk = divideKernel{x: x, d: d}
-	p.Run(len(x), &p.dk)
-	p.dk.x = nil
-}
-
-type divideKernel struct {
-	x []float32
-	d float32
-}
-
-func (k *divideKernel) Chunk(lo, hi int) { divideChunk(k.x[lo:hi], k.d) }
 
 func divideChunk(x []float32, d float32) {
 	for i := divideVector(x, d); i < len(x); i++ {

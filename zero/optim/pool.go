@@ -30,9 +30,8 @@ type Pool struct {
 	n      int
 	closed bool
 
-	smu sync.Mutex // serialises Scale and Divide, which own sk and dk
-	sk  scaleKernel
-	dk  divideKernel
+	smu sync.Mutex // serialises Scale and Divide, which own ek
+	ek  eachKernel
 }
 
 // NewPool starts a pool of workers goroutines (GOMAXPROCS when workers ≤ 0).
