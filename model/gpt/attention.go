@@ -25,7 +25,7 @@ import (
 // values (backward) are first transposed into scratch (HS, T).
 
 // attnShape is what the forward and backward jobs share: T, C and NH of
-// the pass and the 16-bit rounding.
+// the pass, the transpose scratch and the 16-bit rounding.
 type attnShape struct {
 	T, C, NH int
 	scratch  []float32 // (B, NH, HS, T): one head's keys or values transposed, per (b, h)
@@ -50,8 +50,8 @@ func (m *Model) attnShape(T int, scratch []float32) attnShape {
 // vectors) and the rows above the diagonal ignore or zero the rest.
 const causalRows = 4
 
-// transposeHead writes column block h*HS.. of the (T, HS) rows of x, rows
-// stride apart, into dst as (HS, T).
+// transposeHead writes the first HS columns of the T rows of x (rows
+// stride apart: one head's slice of qkv) into dst as (HS, T).
 func transposeHead(dst, x []float32, stride, T, HS int) {
 	for t := range T {
 		row := x[t*stride:][:HS]
