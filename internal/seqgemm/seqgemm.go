@@ -2,13 +2,6 @@ package seqgemm
 
 import "fmt"
 
-// Block sizes of the vector kernel: rows of a held at once, and columns
-// of b per vector (eight float32 lanes of a 256-bit register).
-const (
-	rowBlock = 4
-	lanes    = 8
-)
-
 // Mul sets, for i < m and j < n,
 //
 //	c[i*ldc+j] = Σ_{l<k} a[i*ai+l*al] · b[l*ldb+j]
@@ -31,29 +24,7 @@ func Mul(m, n, k int, a []float32, ai, al int, b []float32, ldb int, c []float32
 		}
 		return
 	}
-	vn := 0 // columns the vector kernels cover
-	if haveAVX {
-		vn = n &^ (lanes - 1)
-	}
-	if vn > 0 {
-		i := 0
-		for ; i+rowBlock <= m; i += rowBlock {
-			j := 0
-			for ; j+2*lanes <= vn; j += 2 * lanes {
-				mul4x16(&a[i*ai], 4*ai, 4*al, &b[j], 4*ldb, k, &c[i*ldc+j], 4*ldc)
-			}
-			for ; j < vn; j += lanes {
-				for r := i; r < i+rowBlock; r++ {
-					mul1x8(&a[r*ai], 4*al, &b[j], 4*ldb, k, &c[r*ldc+j])
-				}
-			}
-		}
-		for ; i < m; i++ {
-			for j := 0; j < vn; j += lanes {
-				mul1x8(&a[i*ai], 4*al, &b[j], 4*ldb, k, &c[i*ldc+j])
-			}
-		}
-	}
+	vn := mulVector(m, n, k, a, ai, al, b, ldb, c, ldc) // the columns the vector kernels did
 	if vn < n {
 		scalar(m, n, vn, k, a, ai, al, b, ldb, c, ldc)
 	}
@@ -77,7 +48,7 @@ func scalar(m, n, j0, k int, a []float32, ai, al int, b []float32, ldb int, c []
 
 // check panics unless every index Mul will touch is inside its slice.
 func check(m, n, k, na, ai, al, nb, ldb, nc, ldc int) {
-	if k < 0 || ai < 0 || al < 0 || ldb < 0 || ldc < n || (m > 1 && ldc == 0) {
+	if k < 0 || ai < 0 || al < 0 || ldb < 0 || ldc < n {
 		panic(fmt.Sprintf("seqgemm: bad arguments m=%d n=%d k=%d ai=%d al=%d ldb=%d ldc=%d", m, n, k, ai, al, ldb, ldc))
 	}
 	if k > 0 && (m-1)*ai+(k-1)*al >= na {
