@@ -71,6 +71,29 @@ func scoreRows(out, a []float32, stride int, bt []float32, T, HS int) {
 	}
 }
 
+// lowerTimes sets out (T, HS) = l · x for l (T, T) zero above the
+// diagonal; the rows of x and out (HS) are ldx and ldo apart. Row t's sum
+// runs over t2 = 0..t and on to the end of its row block: the extra terms
+// are exact zeros at the end of the sum, which leave it as it was.
+func lowerTimes(out []float32, ldo int, l, x []float32, ldx, T, HS int) {
+	for t0 := 0; t0 < T; t0 += causalRows {
+		rows := min(causalRows, T-t0)
+		seqgemm.Mul(rows, HS, t0+rows, l[t0*T:], T, 1, x, ldx, out[t0*ldo:], ldo)
+	}
+}
+
+// lowerTransposeTimes sets out (T, HS) = lᵀ · x for l (T, T) zero above
+// the diagonal, strides as lowerTimes. Row t2's sum needs t = t2..T-1;
+// its block starts at its first row r0 ≤ t2, and the terms for t < t2
+// are exact zeros that leave the sum at +0 until its first real term, as
+// if it had started there.
+func lowerTransposeTimes(out []float32, ldo int, l, x []float32, ldx, T, HS int) {
+	for r0 := 0; r0 < T; r0 += causalRows {
+		rows := min(causalRows, T-r0)
+		seqgemm.Mul(rows, HS, T-r0, l[r0*T+r0:], 1, T, x[r0*ldx:], ldx, out[r0*ldo:], ldo)
+	}
+}
+
 // attnJob is the forward over (b, h) pairs [lo, hi).
 type attnJob struct {
 	out, att, qkv []float32
@@ -121,12 +144,8 @@ func (j *attnJob) runRange(lo, hi int) {
 				j.round(s)
 			}
 		}
-		// y = att · v; the zeros above the diagonal add nothing.
 		y := j.out[b*T*C+h*HS:]
-		for t0 := 0; t0 < T; t0 += causalRows {
-			rows := min(causalRows, T-t0)
-			seqgemm.Mul(rows, HS, t0+rows, att[t0*T:], T, 1, v, C3, y[t0*C:], C)
-		}
+		lowerTimes(y, C, att, v, C3, T, HS) // y = att · v
 		if j.round != nil {
 			for t := range T {
 				j.round(y[t*C:][:HS])
@@ -217,14 +236,8 @@ func (j *attnBackJob) runRange(lo, hi int) {
 		datt := j.datt[bh*T*T:][:T*T]
 		vt := j.scratch[bh*HS*T:][:HS*T]
 		transposeHead(vt, j.qkv[base+2*C+h*HS:], C3, T, HS)
-		scoreRows(datt, dy, C, vt, T, HS) // datt = dy · vᵀ
-		// dv = attᵀ · dy. Rows r0.. need the products from t = r0 on; the
-		// zeros of att above the diagonal leave the sums at +0 until their
-		// first term, as if they had started there.
-		for r0 := 0; r0 < T; r0 += causalRows {
-			rows := min(causalRows, T-r0)
-			seqgemm.Mul(rows, HS, T-r0, att[r0*T+r0:], 1, T, dy[r0*C:], C, dv[r0*C3:], C3)
-		}
+		scoreRows(datt, dy, C, vt, T, HS)              // datt = dy · vᵀ
+		lowerTransposeTimes(dv, C3, att, dy, C, T, HS) // dv = attᵀ · dy
 		// The softmax and scale backward in place, row by row.
 		for t := range T {
 			p := att[t*T:][:t+1]
@@ -247,14 +260,10 @@ func (j *attnBackJob) runRange(lo, hi int) {
 			for t2 := range ds {
 				ds[t2] *= scale
 			}
-			clear(row[t+1:]) // dq and dk below read whole blocks
+			clear(row[t+1:]) // ds is zero above the diagonal, as att
 		}
-		// dq = ds · k and dk = dsᵀ · q, as dv above.
-		for t0 := 0; t0 < T; t0 += causalRows {
-			rows := min(causalRows, T-t0)
-			seqgemm.Mul(rows, HS, t0+rows, datt[t0*T:], T, 1, k, C3, dq[t0*C3:], C3)
-			seqgemm.Mul(rows, HS, T-t0, datt[t0*T+t0:], 1, T, q[t0*C3:], C3, dk[t0*C3:], C3)
-		}
+		lowerTimes(dq, C3, datt, k, C3, T, HS)          // dq = ds · k
+		lowerTransposeTimes(dk, C3, datt, q, C3, T, HS) // dk = dsᵀ · q
 		if j.round != nil {
 			for t := range T {
 				for part := range 3 {
