@@ -15,6 +15,21 @@ var haveAVX2FMA = cpu.X86.HasAVX2 && cpu.X86.HasFMA
 // which the scheduler and the GC can stop the goroutine.
 const vecBlock = 1 << 16
 
+// vectorPrefix runs block(i, n) over the longest multiple-of-8 prefix of
+// [0, length) in blocks [i, i+n) of at most vecBlock elements, in order,
+// and returns the prefix's end, where the scalar code must continue (0
+// without AVX2+FMA or below 8 elements).
+func vectorPrefix(length int, block func(i, n int)) int {
+	if !haveAVX2FMA || length < 8 {
+		return 0
+	}
+	end := length &^ 7
+	for i := 0; i < end; i += vecBlock {
+		block(i, min(vecBlock, end-i))
+	}
+	return end
+}
+
 // vector runs the non-AMSGrad kernels 8 lanes at a time over the longest
 // multiple-of-8 prefix of [lo, hi) and returns where the scalar code must
 // continue (lo when there is nothing to vectorise). The lanes execute the
@@ -23,14 +38,12 @@ const vecBlock = 1 << 16
 // as from torchAdamW, torchAdam or deepSpeed, NaN, Inf and subnormals
 // included.
 func (k *adamKernel) vector(lo, hi int) int {
-	if !haveAVX2FMA || k.amsgrad || hi-lo < 8 {
+	if k.amsgrad {
 		return lo
 	}
-	end := lo + (hi-lo)&^7
 	// Slicing checks every buffer's length once; the blocks index within.
-	p, g, m, v := k.p[lo:end], k.g[lo:end], k.m[lo:end], k.v[lo:end]
-	for i := 0; i < len(p); i += vecBlock {
-		n := min(vecBlock, len(p)-i)
+	p, g, m, v := k.p[lo:hi], k.g[lo:hi], k.m[lo:hi], k.v[lo:hi]
+	return lo + vectorPrefix(len(p), func(i, n int) {
 		switch k.mode {
 		case kTorchAdamW:
 			torchAdamWAVX2(&p[i], &g[i], &m[i], &v[i], n, k.decay, k.b1, k.omb1, k.b2, k.omb2, k.bc2, k.eps, k.ss)
@@ -41,8 +54,7 @@ func (k *adamKernel) vector(lo, hi int) int {
 		default:
 			panic("optim: unknown Adam kernel mode")
 		}
-	}
-	return end
+	})
 }
 
 // torchAdamWAVX2 is torchAdamW on n elements, n a positive multiple of 8.

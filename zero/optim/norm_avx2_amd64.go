@@ -6,21 +6,15 @@ package optim
 // longest multiple-of-8 prefix of x, adding into acc, and returns where the
 // scalar code must continue (0 when there is nothing to vectorise).
 //
-// The prefix is cut into blocks of at most vecBlock elements, one assembly
-// call each, with the accumulators carried from block to block through
-// acc: assembly cannot be preempted, and a gradient partition of 10^8
+// The prefix is cut into blocks of at most vecBlock elements
+// (vectorPrefix), one assembly call each, with the accumulators carried
+// from block to block through acc: assembly cannot be preempted, and a
+// gradient partition of 10^8
 // elements would otherwise keep the scheduler and the GC waiting for tens
 // of milliseconds. Storing and reloading the 8 lanes between blocks
 // changes no bit, so the result is independent of the block length.
 func sumSquaresVector(acc *[8]float32, x []float32) int {
-	if !haveAVX2FMA || len(x) < 8 {
-		return 0
-	}
-	end := len(x) &^ 7
-	for i := 0; i < end; i += vecBlock {
-		sumSquaresAVX2(acc, &x[i], min(vecBlock, end-i))
-	}
-	return end
+	return vectorPrefix(len(x), func(i, n int) { sumSquaresAVX2(acc, &x[i], n) })
 }
 
 // sumSquaresAVX2 adds x[d+j]*x[d+j] into acc[j], fused, for d = 0, 8, …,
