@@ -81,7 +81,6 @@ func TestActivationsMeasured(t *testing.T) {
 // these buffers once, at the sizes the estimate computes.
 func TestEstimateMeasured(t *testing.T) {
 	cfg, _ := gpt.Preset("tiny")
-	layout := cfg.Layout()
 	gemm, err := blas.New(blas.Options{Backend: blas.Gonum})
 	if err != nil {
 		t.Fatal(err)
@@ -96,15 +95,7 @@ func TestEstimateMeasured(t *testing.T) {
   "bf16": {"enabled": %v},
   "optimizer": {"type": "AdamW", "params": {"lr": 1e-3}},
   "zero_optimization": {"stage": %d, "reduce_bucket_size": 20000, "overlap_comm": %v}}`, B, prec == "bf16", stage, overlap)
-					plan, err := dsconfig.Load(js, dsconfig.Options{WorldSize: world})
-					if err != nil {
-						t.Fatal(err)
-					}
-					r, err := Compute(Input{Model: "tiny", Layout: &layout, Hardware: Hardware{GPUsPerNode: world, Nodes: 1, BufferFactor: 1.5},
-						Plan: &plan, GPT: &cfg, SeqLen: T})
-					if err != nil {
-						t.Fatal(err)
-					}
+					plan, r := estimateTiny(t, js, world, cfg, T, false)
 					e := r.Dszero
 					want := deviceBytes(e.Stages[stage].States, e.Stages[stage].Buffers, e.Activations)
 					for rank, s := range trainOneStep(t, plan, cfg, gemm, B, T) {
@@ -152,7 +143,6 @@ func TestEstimateMeasuredStage3(t *testing.T) {
 	for _, v := range variants {
 		cfg, _ := gpt.Preset("tiny")
 		cfg.Tied = v.tied
-		layout := cfg.Layout()
 		for world := 1; world <= 4; world++ {
 			for _, run := range [4]struct {
 				overlap bool
@@ -164,15 +154,7 @@ func TestEstimateMeasuredStage3(t *testing.T) {
   "bf16": {"enabled": %v},
   "optimizer": {"type": "AdamW", "params": {"lr": 1e-3}},
   "zero_optimization": {"stage": 3, %s "reduce_bucket_size": 20000, "overlap_comm": %v}}`, B, prec == "bf16", v.knobs, overlap)
-					plan, err := dsconfig.Load(js, dsconfig.Options{WorldSize: world})
-					if err != nil {
-						t.Fatal(err)
-					}
-					r, err := Compute(Input{Model: "tiny", Layout: &layout, Hardware: Hardware{GPUsPerNode: world, Nodes: 1, BufferFactor: 1.5},
-						Plan: &plan, GPT: &cfg, SeqLen: T, KeepAfterForward: v.keep})
-					if err != nil {
-						t.Fatal(err)
-					}
+					plan, r := estimateTiny(t, js, world, cfg, T, v.keep)
 					e := r.Dszero
 					want := deviceBytes(e.Stages[3].States, e.Stages[3].Buffers, e.Activations)
 					keep := func(c *train.Config) { c.KeepAfterForward = v.keep }
@@ -197,7 +179,6 @@ func TestEstimateMeasuredStage3(t *testing.T) {
 // exactly, the sub-groups kept on the device included.
 func TestEstimateMeasuredPartialOffload(t *testing.T) {
 	cfg, _ := gpt.Preset("tiny")
-	layout := cfg.Layout()
 	gemm, err := blas.New(blas.Options{Backend: blas.Gonum})
 	if err != nil {
 		t.Fatal(err)
@@ -207,15 +188,7 @@ func TestEstimateMeasuredPartialOffload(t *testing.T) {
 		t.Run(fmt.Sprint(ratio), func(t *testing.T) {
 			js := fmt.Sprintf(`{"train_micro_batch_size_per_gpu": %d, "optimizer": {"type": "AdamW", "params": {"lr": 1e-3}},
   "zero_optimization": {"stage": 3, "sub_group_size": 20000, "offload_optimizer": {"device": "cpu", "ratio": %g}}}`, B, ratio)
-			plan, err := dsconfig.Load(js, dsconfig.Options{WorldSize: world})
-			if err != nil {
-				t.Fatal(err)
-			}
-			r, err := Compute(Input{Model: "tiny", Layout: &layout, Hardware: Hardware{GPUsPerNode: world, Nodes: 1, BufferFactor: 1.5},
-				Plan: &plan, GPT: &cfg, SeqLen: T})
-			if err != nil {
-				t.Fatal(err)
-			}
+			plan, r := estimateTiny(t, js, world, cfg, T, false)
 			states := []mem.Category{mem.MasterParams, mem.Grads, mem.OptimState}
 			want := map[string]int64{}
 			for _, l := range r.Dszero.Stages[3].States {
@@ -239,6 +212,23 @@ func TestEstimateMeasuredPartialOffload(t *testing.T) {
 			t.Logf("ratio %g: %v", ratio, want)
 		})
 	}
+}
+
+// estimateTiny loads the ds_config js for world ranks and computes the
+// estimate for cfg (a variant of the tiny preset) at sequence length T.
+func estimateTiny(t *testing.T, js string, world int, cfg gpt.Config, T int, keepAfterForward bool) (dsconfig.Plan, Report) {
+	t.Helper()
+	plan, err := dsconfig.Load(js, dsconfig.Options{WorldSize: world})
+	if err != nil {
+		t.Fatal(err)
+	}
+	layout := cfg.Layout()
+	r, err := Compute(Input{Model: "tiny", Layout: &layout, Hardware: Hardware{GPUsPerNode: world, Nodes: 1, BufferFactor: 1.5},
+		Plan: &plan, GPT: &cfg, SeqLen: T, KeepAfterForward: keepAfterForward})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return plan, r
 }
 
 // trainOneStep trains cfg one step under plan on its world of in-process
