@@ -16,9 +16,17 @@ package zcore
 // never resident at once — the role of DeepSpeed's short-lived param.grad
 // tensors.
 type Pages struct {
-	f32 []float32
-	m   mapping
+	f32   []float32
+	m     mapping
+	cache *PageCache // Recycle; nil: releases go to the system
 }
+
+// hugePage is the transparent huge page size of x86-64 and arm64 (4 KiB
+// granules) Linux. Buffers of at least this size ask for huge pages: the
+// gradient pages stage 2 releases are faulted in again at every
+// micro-step, and 4 KiB faults over hundreds of MiB cost more than the
+// backward pass itself.
+const hugePage = 2 << 20
 
 // NewPages maps n zeroed elements.
 func NewPages(n int) (*Pages, error) {
@@ -50,7 +58,27 @@ func (p *Pages) ReleaseIn(lo, hi, outerLo, outerHi int) {
 	if outerLo < 0 || outerHi > len(p.f32) || outerLo > lo || lo > hi || hi > outerHi {
 		panic("zcore: Pages.ReleaseIn out of range")
 	}
-	p.m.release(p.f32, lo, hi, outerLo, outerHi)
+	p.m.release(p.f32, lo, hi, outerLo, outerHi, p.cache)
+}
+
+// Recycle makes the buffer share c: the whole huge pages it releases go
+// to c while c has room, and Acquire draws on c. A nil c undoes it.
+func (p *Pages) Recycle(c *PageCache) { p.cache = c }
+
+// Acquire readies [lo, hi), which reads zero, to be written: each whole
+// huge page of it is backed by a page from the cache while it holds any,
+// instead of by a fresh page at first touch (see PageCache). The range
+// still reads zero, unless overwrite: the caller then promises to write
+// every element of [lo, hi) before it reads any, and the cached pages
+// are not cleared (a gather, or a backward that overwrites its
+// gradients). Without a cache it does nothing.
+func (p *Pages) Acquire(lo, hi int, overwrite bool) {
+	if lo < 0 || lo > hi || hi > len(p.f32) {
+		panic("zcore: Pages.Acquire out of range")
+	}
+	if p.cache != nil {
+		p.m.acquire(p.f32, lo, hi, p.cache, overwrite)
+	}
 }
 
 // Close unmaps the buffer.

@@ -57,3 +57,72 @@ func TestPagesReleaseInResidency(t *testing.T) {
 		p.Close()
 	}
 }
+
+// TestPageCacheMovesPages: released whole huge pages go to the cache up
+// to its size (the rest back to the system), stay resident there and not
+// in the buffer, and an overwriting Acquire maps those very pages
+// elsewhere: they still hold the values released. Trim gives them back.
+func TestPageCacheMovesPages(t *testing.T) {
+	huge := (2 << 20) / 4
+	n := 6*huge + 9
+	c, err := NewPageCache(2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	src, err := NewPages(n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer src.Close()
+	dst, err := NewPages(n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dst.Close()
+	src.Recycle(c)
+	dst.Recycle(c)
+	f := src.F32()
+	for i := range f {
+		f[i] = 5
+	}
+	src.Release(0, n)
+	if got := resident(t, src); got >= hugePage {
+		t.Errorf("released buffer: %d bytes resident, want none (but what a neighbour's huge page covers)", got)
+	}
+	if got := c.Held(); got != 2*hugePage {
+		t.Fatalf("cache holds %d bytes, want its 2 pages (%d)", got, 2*hugePage)
+	}
+	// Neighbouring mappings may merge, and a huge page faulted in for one
+	// may cover the other's end: count what Acquire adds.
+	before := resident(t, dst)
+	dst.Acquire(0, n, true)
+	if got := c.Held(); got != 0 {
+		t.Errorf("cache holds %d bytes after Acquire, want none", got)
+	}
+	if got := resident(t, dst) - before; got != 2*hugePage {
+		t.Errorf("Acquire made %d bytes resident, want the 2 cached pages", got)
+	}
+	fives := 0
+	for _, v := range dst.F32() {
+		if v == 5 {
+			fives++
+		}
+	}
+	if fives != 2*huge {
+		t.Errorf("acquired buffer holds %d of the released values, want the 2 pages' %d", fives, 2*huge)
+	}
+	dst.Release(0, n)
+	if c.Held() != 2*hugePage {
+		t.Fatalf("cache holds %d bytes, want 2 pages", c.Held())
+	}
+	c.Trim()
+	if got := c.Held(); got != 0 {
+		t.Errorf("cache holds %d bytes after Trim", got)
+	}
+	before = resident(t, dst)
+	dst.Acquire(0, n, true)
+	if got := resident(t, dst) - before; got != 0 {
+		t.Errorf("Acquire from a trimmed cache made %d bytes resident, want none", got)
+	}
+}

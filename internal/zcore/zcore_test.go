@@ -51,7 +51,8 @@ func TestAveraging(t *testing.T) {
 
 // TestPagesRelease: released ranges read as zeros, neighbours keep their
 // values, and the buffer stays usable — for a small buffer (4 KiB pages)
-// and one large enough for huge pages (2 MiB release granularity).
+// and one large enough for huge pages (2 MiB release granularity), with
+// no page cache, one too small for a range and one large enough.
 func TestPagesRelease(t *testing.T) {
 	small := os.Getpagesize() / 4
 	huge := (2 << 20) / 4
@@ -62,27 +63,107 @@ func TestPagesRelease(t *testing.T) {
 		{5*small + 7, [][2]int{{3, 3*small + 5}, {0, 2}, {4 * small, 5*small + 7}, {2, 3}}},
 		{3*huge + 100, [][2]int{{5, 2*huge + 3}, {0, 3*huge + 100}, {huge - 1, huge + 1}, {huge / 2, 3 * huge}}},
 	} {
-		p, err := NewPages(tc.n)
+		for _, cache := range []int{0, 1, 8} {
+			releaseEach(t, tc.n, tc.ranges, cache)
+		}
+	}
+}
+
+// releaseEach fills a buffer of n elements, recycling through a cache of
+// cache pages (none for 0), and releases each range in turn.
+func releaseEach(t *testing.T, n int, ranges [][2]int, cache int) {
+	t.Helper()
+	p, err := NewPages(n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	if cache > 0 {
+		c, err := NewPageCache(cache)
 		if err != nil {
 			t.Fatal(err)
 		}
-		f := p.F32()
-		for _, r := range tc.ranges {
-			for i := range f {
-				f[i] = float32(i + 1)
+		defer c.Close()
+		p.Recycle(c)
+	}
+	f := p.F32()
+	for _, r := range ranges {
+		// Acquire whatever the cache holds into the range first: a page
+		// it hands over reads zero, and is written as any other.
+		clear(f[r[0]:r[1]])
+		p.Acquire(r[0], r[1], false)
+		for i := range f {
+			f[i] = float32(i + 1)
+		}
+		p.Release(r[0], r[1])
+		for i, v := range f {
+			want := float32(i + 1)
+			if i >= r[0] && i < r[1] {
+				want = 0
 			}
-			p.Release(r[0], r[1])
-			for i, v := range f {
-				want := float32(i + 1)
-				if i >= r[0] && i < r[1] {
-					want = 0
-				}
-				if v != want {
-					t.Fatalf("n %d, release %v: element %d is %g, want %g", tc.n, r, i, v, want)
-				}
+			if v != want {
+				t.Fatalf("n %d, cache %d, release %v: element %d is %g, want %g", n, cache, r, i, v, want)
 			}
 		}
-		p.Close()
+	}
+}
+
+// TestPagesAcquire: two buffers share a cache. What one releases the
+// other acquires: cleared, it reads zero; for overwriting, it holds
+// whatever it holds until written. Neither buffer's other elements
+// change.
+func TestPagesAcquire(t *testing.T) {
+	huge := (2 << 20) / 4
+	n := 5*huge + 77
+	c, err := NewPageCache(3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	var bufs [2]*Pages
+	for k := range bufs {
+		if bufs[k], err = NewPages(n); err != nil {
+			t.Fatal(err)
+		}
+		defer bufs[k].Close()
+		bufs[k].Recycle(c)
+	}
+	a, b := bufs[0].F32(), bufs[1].F32()
+	for i := range a {
+		a[i], b[i] = float32(i+1), -float32(i+1)
+	}
+	bufs[0].Release(0, n)
+	lo, hi := huge/3, 4*huge+5 // at least two whole pages, whatever the alignment
+	clear(b[lo:hi])
+	bufs[1].Acquire(lo, hi, false)
+	for i, v := range b {
+		want := -float32(i + 1)
+		if i >= lo && i < hi {
+			want = 0
+		}
+		if v != want {
+			t.Fatalf("cleared acquire: element %d is %g, want %g", i, v, want)
+		}
+	}
+	for i, v := range a {
+		if v != 0 {
+			t.Fatalf("released buffer: element %d is %g, want 0", i, v)
+		}
+	}
+	// Overwrite: release b's range into the cache and acquire it into a.
+	bufs[1].Release(lo, hi)
+	bufs[0].Acquire(lo, hi, true)
+	for i := lo; i < hi; i++ {
+		a[i] = 7
+	}
+	for i := range n {
+		wantA, wantB := float32(0), -float32(i+1)
+		if i >= lo && i < hi {
+			wantA, wantB = 7, 0
+		}
+		if a[i] != wantA || b[i] != wantB {
+			t.Fatalf("overwriting acquire: element %d is %g and %g, want %g and %g", i, a[i], b[i], wantA, wantB)
+		}
 	}
 }
 
