@@ -120,6 +120,7 @@ func (f *fetcher) issue(g int) error {
 		return fmt.Errorf("stage 3: gathering unit %q (%d elements): %w", s.groups[g].Name, s.groups[g].Numel, err)
 	}
 	fl := f.newFlight()
+	f.acquire(g)
 	full := s.full.F32()
 	gr := &s.groups[g]
 	// From the primary partitions over the world, or — in backward, with
@@ -143,6 +144,9 @@ func (f *fetcher) issue(g int) error {
 			buf, err := f.getStaging(world * ps)
 			if err != nil {
 				f.abandon(fl)
+				f.runs(g, func(i, j int) { // acquired, not gathered: read zero again
+					s.full.Release(s.l.Specs[i].Offset, s.l.Specs[j].Offset+s.l.Specs[j].Numel)
+				})
 				s.o.Acct.Release(mem.Gathered, mem.Device, 4*int64(n))
 				return fmt.Errorf("stage 3: gathering unit %q: %w", gr.Name, err)
 			}
@@ -301,27 +305,78 @@ func (f *fetcher) release(g int) {
 		return
 	}
 	st.gathered = false
-	gr := &s.groups[g]
 	n := f.gatherable(g)
 	if n == 0 {
 		return
 	}
-	// Release maximal runs of non-persistent parameters.
-	lo := -1
+	f.runs(g, func(i, j int) {
+		// The parameters around the run that read zero too: the huge
+		// pages the run shares with them go back as well, instead of
+		// staying resident, cleared, at every group boundary.
+		olo, ohi := f.zeroAround(g, i, j)
+		s.full.ReleaseIn(s.l.Specs[i].Offset, s.l.Specs[j].Offset+s.l.Specs[j].Numel, olo, ohi)
+	})
+	f.live -= n
+	s.o.Acct.Release(mem.Gathered, mem.Device, 4*int64(n))
+}
+
+// runs calls fn for each maximal run of group g's non-persistent
+// parameters, first to last (indices into the layout's Specs).
+func (f *fetcher) runs(g int, fn func(first, last int)) {
+	s := f.s
+	gr := &s.groups[g]
+	first := -1
 	for i := gr.First; i <= gr.Last+1; i++ {
 		if i <= gr.Last && !s.persist[i] {
-			if lo < 0 {
-				lo = s.l.Specs[i].Offset
+			if first < 0 {
+				first = i
 			}
 			continue
 		}
-		if lo >= 0 {
-			s.full.Release(lo, s.l.Specs[i-1].Offset+s.l.Specs[i-1].Numel)
-			lo = -1
+		if first >= 0 {
+			fn(first, i-1)
+			first = -1
 		}
 	}
-	f.live -= n
-	s.o.Acct.Release(mem.Gathered, mem.Device, 4*int64(n))
+}
+
+// zeroAround is the range of the full buffer around parameters i..j of
+// group g that reads zero: it reaches over the neighbouring parameters,
+// up to a huge page's worth on each side, that are neither persistent
+// nor in a group gathered or being gathered.
+func (f *fetcher) zeroAround(g, i, j int) (lo, hi int) {
+	s := f.s
+	const reach = 1 << 19 // elements in 2 MiB
+	sp := s.l.Specs
+	lo, hi = sp[i].Offset, sp[j].Offset+sp[j].Numel
+	busy := func(h int) bool { return f.state[h].gathered || f.state[h].flight != nil }
+	for k, h := i-1, g; k >= 0 && sp[i].Offset-lo < reach; k-- {
+		for k < s.groups[h].First {
+			h--
+		}
+		if s.persist[k] || busy(h) {
+			break
+		}
+		lo = sp[k].Offset
+	}
+	end := hi
+	for k, h := j+1, g; k < len(sp) && hi-end < reach; k++ {
+		for k > s.groups[h].Last {
+			h++
+		}
+		if s.persist[k] || busy(h) {
+			break
+		}
+		hi = sp[k].Offset + sp[k].Numel
+	}
+	return lo, hi
+}
+
+// acquire readies group g's non-persistent parameters for its gather,
+// which writes every element of them (zcore.Pages.Acquire).
+func (f *fetcher) acquire(g int) {
+	sp := f.s.l.Specs
+	f.runs(g, func(i, j int) { f.s.full.Acquire(sp[i].Offset, sp[j].Offset+sp[j].Numel, true) })
 }
 
 // begin starts a pass (the first hook of a forward): with a trace, the

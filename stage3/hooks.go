@@ -39,7 +39,7 @@ func (s *Strategy) BeforeBackward(u int) error {
 		f.begin()
 	}
 	f.inFwd = false
-	if err := s.r.ug.Before(u); err != nil {
+	if err := s.r.before(u); err != nil {
 		return err
 	}
 	g := s.groupOf[u]

@@ -19,6 +19,7 @@ type reducer struct {
 
 	inflight []rsFlight // reduce-scatters issued, oldest first
 	spare    []rsFlight // landed flights whose slices are reused
+	fresh    []int      // before's scratch
 }
 
 // rsFlight is one unit's reduce-scatter in flight: one collective per
@@ -34,6 +35,33 @@ type rsFlight struct {
 func (r *reducer) init(s *Strategy) {
 	r.s = s
 	r.ug = zcore.NewUnitGrads("stage 3", s.o.Acct, s.l.Units)
+}
+
+// before is BeforeBackward(u): the gradients of u and of the units it
+// borrows become live, each in pages acquired from the page cache when
+// it was not live yet. In a step's first backward the model overwrites
+// them when the engine said so (LeaveGradsDirty), and the pages need not
+// be cleared.
+func (r *reducer) before(u int) error {
+	s := r.s
+	r.fresh = r.fresh[:0]
+	if !r.ug.Live(u) {
+		r.fresh = append(r.fresh, u)
+	}
+	for _, v := range s.l.Units[u].Borrows {
+		if !r.ug.Live(v) {
+			r.fresh = append(r.fresh, v)
+		}
+	}
+	if err := r.ug.Before(u); err != nil {
+		return err
+	}
+	overwrite := s.dirty && r.ug.Backwards == 0
+	for _, v := range r.fresh {
+		un := &s.l.Units[v]
+		s.grads.Acquire(un.Offset, un.Offset+un.Numel, overwrite)
+	}
+	return nil
 }
 
 // after is AfterBackward(u): the reduce-scatters of the gradients it

@@ -120,6 +120,11 @@ type Strategy struct {
 
 	full  *zcore.Pages // the parameters the model binds; resident where gathered
 	grads *zcore.Pages // the gradients the model binds; resident where live
+	pages *zcore.PageCache
+	// dirty: LeaveGradsDirty, the model overwrites each step's first
+	// gradients, so the pages a unit's gradients are acquired into then
+	// need not be cleared.
+	dirty bool
 
 	f fetcher
 	r reducer
@@ -265,6 +270,11 @@ func New(o zcore.Options, c Config) (_ *Strategy, err error) {
 	if s.grads, err = zcore.NewPages(s.l.Numel); err != nil {
 		return nil, fmt.Errorf("stage 3: gradient buffer: %w", err)
 	}
+	if s.pages, err = zcore.NewPageCache(s.cachePages()); err != nil {
+		return nil, fmt.Errorf("stage 3: %w", err)
+	}
+	s.full.Recycle(s.pages)
+	s.grads.Recycle(s.pages)
 	if s.pswap != nil {
 		if err := s.initParamSwap(); err != nil {
 			return nil, err
@@ -361,8 +371,10 @@ func (s *Strategy) GroupTraffic() (shard, replicas comm.Traffic) {
 // LeaveGradsDirty lets the model write (not add) each step's first
 // gradients: stage 3 hands every unit's gradient range back, zeroed, as
 // soon as it is reduced, so the buffer holds nothing to add to and there
-// is nothing to clear (zero.GradOverwriter).
-func (s *Strategy) LeaveGradsDirty() {}
+// is nothing to clear (zero.GradOverwriter). The pages a unit's
+// gradients are then acquired into for the step's first backward are
+// not cleared either.
+func (s *Strategy) LeaveGradsDirty() { s.dirty = true }
 
 // Layout is the rank-local layout of the partitions.
 func (s *Strategy) Layout() partition.Stage3Layout { return s.lay }
@@ -636,4 +648,22 @@ func (s *Strategy) Close() {
 		s.grads.Close()
 		s.grads = nil
 	}
+	if s.pages != nil {
+		s.pages.Close()
+		s.pages = nil
+	}
+}
+
+// cachePages sizes the page cache the gathered parameters and the
+// gradients recycle their pages through (zcore.PageCache): the largest
+// group's huge pages. In steady state a released group's pages back
+// the next group gathered or the next unit's gradients, so the cache
+// holds at most about one group at a time beyond what is live.
+func (s *Strategy) cachePages() int {
+	most := 0
+	for _, gr := range s.groups {
+		most = max(most, gr.Numel)
+	}
+	const huge = 2 << 20
+	return (4*most + huge - 1) / huge
 }
