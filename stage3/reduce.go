@@ -154,10 +154,10 @@ func (r *reducer) landAll() error {
 	return first
 }
 
-// landOldest waits for the oldest reduce-scatter in flight, adds the
-// rank's reduced shares to its gradient partitions (the first micro-step
-// adds to zeros: DeepSpeed copies, then accumulates) and releases the
-// unit's gradients.
+// landOldest waits for the oldest reduce-scatter in flight, copies the
+// rank's reduced shares into its gradient partitions in a step's first
+// micro-step and adds them in the next (as DeepSpeed: copy, then
+// accumulate), and releases the unit's gradients.
 func (r *reducer) landOldest() error {
 	s := r.s
 	fl := r.inflight[0]
@@ -189,8 +189,12 @@ func (r *reducer) landOldest() error {
 			s.o.Pool.Scale(mine, float32(pf))
 		}
 		acc := s.grad[s.lay.Offsets[i] : s.lay.Offsets[i]+ps]
-		for j, x := range mine {
-			acc[j] += x
+		if r.ug.Backwards == 0 {
+			copy(acc, mine) // the step's first micro-step
+		} else {
+			for j, x := range mine {
+				acc[j] += x
+			}
 		}
 		if s.accum != nil {
 			s.accum(acc) // the partition accumulates in grad_accum_dtype (the model's by default)

@@ -430,7 +430,8 @@ func (s *Strategy) Step(in zcore.StepInput) (zcore.StepResult, error) {
 	}
 	s.r.ug.Backwards = 0
 	s.steps++
-	defer clear(s.grad)
+	// The gradient partitions are not cleared for the next step: its
+	// first micro-step copies into them (reducer.landOldest).
 	res, err := s.step(in)
 	if err != nil {
 		return res, fmt.Errorf("stage 3: %w", err)
