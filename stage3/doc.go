@@ -37,7 +37,10 @@
 // stage3_max_reuse_distance elements. Parameters of at most
 // stage3_param_persistence_threshold elements (in total at most
 // stage3_model_persistence_threshold) stay gathered for the whole run and
-// are all-gathered again after each step.
+// are all-gathered again after each step. The pages released from the
+// parameter and gradient buffers go to a page cache the size of the
+// largest group (zcore.PageCache) and back the next group gathered or
+// the next unit's gradients, instead of being faulted in afresh.
 //
 // Prefetch. The first pass (forward and backward of one micro-step)
 // records the order in which the groups are needed; once every rank has
