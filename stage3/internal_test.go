@@ -16,16 +16,20 @@ import (
 
 // threeUnits is a layout of three units: a, b (whose 3×5 weight is odd
 // to split) and c, which borrows a as a tied head does.
-func threeUnits() model.Layout {
-	var b model.LayoutBuilder
-	b.Unit("a")
-	b.Param("a.w", model.Init{Kind: model.InitNormal, Scale: 1}, 4, 4)
-	b.Param("a.b", model.Init{Kind: model.InitNormal, Scale: 1}, 3)
-	b.Unit("b")
-	b.Param("b.w", model.Init{Kind: model.InitNormal, Scale: 1}, 3, 5)
-	b.Unit("c", 0)
-	b.Param("c.w", model.Init{Kind: model.InitNormal, Scale: 1}, 7)
-	return b.Build()
+func threeUnits() model.Layout { return threeUnitsOf([]int{4, 4}, []int{3, 5}, []int{7}) }
+
+// threeUnitsOf is threeUnits with the weights of a, b and c shaped so.
+func threeUnitsOf(a, b, c []int) model.Layout {
+	var lb model.LayoutBuilder
+	normal := model.Init{Kind: model.InitNormal, Scale: 1}
+	lb.Unit("a")
+	lb.Param("a.w", normal, a...)
+	lb.Param("a.b", normal, 3)
+	lb.Unit("b")
+	lb.Param("b.w", normal, b...)
+	lb.Unit("c", 0)
+	lb.Param("c.w", normal, c...)
+	return lb.Build()
 }
 
 func options(l *model.Layout, acct *mem.Accountant, c comm.Comm) zcore.Options {

@@ -12,17 +12,10 @@ import (
 )
 
 // bigUnits is threeUnits at a size where every unit spans several 2 MiB
-// huge pages, so that released pages go through the page cache.
+// huge pages, so that released pages go through the page cache (b's
+// weight is still odd to split on 2 ranks).
 func bigUnits() model.Layout {
-	var b model.LayoutBuilder
-	b.Unit("a")
-	b.Param("a.w", model.Init{Kind: model.InitNormal, Scale: 1}, 1000, 1200)
-	b.Param("a.b", model.Init{Kind: model.InitNormal, Scale: 1}, 3)
-	b.Unit("b")
-	b.Param("b.w", model.Init{Kind: model.InitNormal, Scale: 1}, 3, 400001) // odd: staged on 2 ranks
-	b.Unit("c", 0)
-	b.Param("c.w", model.Init{Kind: model.InitNormal, Scale: 1}, 1100, 1000)
-	return b.Build()
+	return threeUnitsOf([]int{1000, 1200}, []int{3, 400001}, []int{1100, 1000})
 }
 
 // TestRecycledPages: with units large enough for the page cache, pages
