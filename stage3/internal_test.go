@@ -53,9 +53,19 @@ type call struct {
 }
 
 // pass is a model's forward and backward over threeUnits, reading the
-// parameters the hooks gathered (checked against want) and writing
+// parameters the hooks gathered (checked against want) and adding
 // gradients of 1.
 func pass(s *Strategy, calls []call, want []float32) error {
+	return passWriting(s, calls, want, func(_ int, g []float32) {
+		for i := range g {
+			g[i]++
+		}
+	})
+}
+
+// passWriting is pass with write producing the gradients of unit u, in
+// each backward that reaches it.
+func passWriting(s *Strategy, calls []call, want []float32, write func(u int, g []float32)) error {
 	params, grads := s.ModelBuffers()
 	for _, c := range calls {
 		if err := model.CallHook(s, c.k, s.l, c.u); err != nil {
@@ -70,9 +80,9 @@ func pass(s *Strategy, calls []call, want []float32) error {
 				if params[i] != want[i] {
 					return fmt.Errorf("unit %q element %d is %v, want %v", un.Name, i, params[i], want[i])
 				}
-				if c.k == bb {
-					grads[i] += 1
-				}
+			}
+			if c.k == bb {
+				write(u, grads[un.Offset:un.Offset+un.Numel])
 			}
 		}
 	}

@@ -63,39 +63,17 @@ func TestRecycledPages(t *testing.T) {
 // gradient element the first time its backward reaches it when
 // overwrite, and adds 1 otherwise (unit a gets 2: c borrows it).
 func overwritingPass(s *Strategy, want []float32, overwrite bool) error {
-	params, grads := s.ModelBuffers()
 	written := make([]bool, len(s.l.Units))
-	for _, c := range normal {
-		if err := model.CallHook(s, c.k, s.l, c.u); err != nil {
-			return err
-		}
-		if c.k != bf && c.k != bb {
-			continue
-		}
-		for _, u := range append([]int{c.u}, s.l.Units[c.u].Borrows...) {
-			un := s.l.Units[u]
-			for i := un.Offset; i < un.Offset+un.Numel; i++ {
-				if params[i] != want[i] {
-					return fmt.Errorf("unit %q element %d is %v, want %v", un.Name, i, params[i], want[i])
-				}
-			}
-			if c.k != bb {
-				continue
-			}
-			g := grads[un.Offset : un.Offset+un.Numel]
+	return passWriting(s, normal, want, func(u int, g []float32) {
+		for i := range g {
 			if overwrite && !written[u] {
-				for i := range g {
-					g[i] = 1
-				}
+				g[i] = 1
 			} else {
-				for i := range g {
-					g[i]++
-				}
+				g[i]++
 			}
-			written[u] = true
 		}
-	}
-	return nil
+		written[u] = true
+	})
 }
 
 // checkGradPartitions: after micro passes, each averaged gradient element
