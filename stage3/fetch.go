@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/dszero/dszero/comm"
+	"github.com/dszero/dszero/internal/zcore"
 	"github.com/dszero/dszero/mem"
 	"github.com/dszero/dszero/zero/partition"
 )
@@ -144,9 +145,7 @@ func (f *fetcher) issue(g int) error {
 			buf, err := f.getStaging(world * ps)
 			if err != nil {
 				f.abandon(fl)
-				f.runs(g, func(i, j int) { // acquired, not gathered: read zero again
-					s.full.Release(s.l.Specs[i].Offset, s.l.Specs[j].Offset+s.l.Specs[j].Numel)
-				})
+				f.runs(g, func(i, j int) { s.full.Release(f.span(i, j)) }) // acquired, not gathered: read zero again
 				s.o.Acct.Release(mem.Gathered, mem.Device, 4*int64(n))
 				return fmt.Errorf("stage 3: gathering unit %q: %w", gr.Name, err)
 			}
@@ -313,8 +312,9 @@ func (f *fetcher) release(g int) {
 		// The parameters around the run that read zero too: the huge
 		// pages the run shares with them go back as well, instead of
 		// staying resident, cleared, at every group boundary.
+		lo, hi := f.span(i, j)
 		olo, ohi := f.zeroAround(g, i, j)
-		s.full.ReleaseIn(s.l.Specs[i].Offset, s.l.Specs[j].Offset+s.l.Specs[j].Numel, olo, ohi)
+		s.full.ReleaseIn(lo, hi, olo, ohi)
 	})
 	f.live -= n
 	s.o.Acct.Release(mem.Gathered, mem.Device, 4*int64(n))
@@ -340,15 +340,21 @@ func (f *fetcher) runs(g int, fn func(first, last int)) {
 	}
 }
 
+// span is the range of parameters i..j in the full buffer.
+func (f *fetcher) span(i, j int) (lo, hi int) {
+	sp := f.s.l.Specs
+	return sp[i].Offset, sp[j].Offset + sp[j].Numel
+}
+
 // zeroAround is the range of the full buffer around parameters i..j of
 // group g that reads zero: it reaches over the neighbouring parameters,
 // up to a huge page's worth on each side, that are neither persistent
 // nor in a group gathered or being gathered.
 func (f *fetcher) zeroAround(g, i, j int) (lo, hi int) {
 	s := f.s
-	const reach = 1 << 19 // elements in 2 MiB
+	const reach = zcore.HugePageElems
 	sp := s.l.Specs
-	lo, hi = sp[i].Offset, sp[j].Offset+sp[j].Numel
+	lo, hi = f.span(i, j)
 	busy := func(h int) bool { return f.state[h].gathered || f.state[h].flight != nil }
 	for k, h := i-1, g; k >= 0 && sp[i].Offset-lo < reach; k-- {
 		for k < s.groups[h].First {
@@ -375,8 +381,10 @@ func (f *fetcher) zeroAround(g, i, j int) (lo, hi int) {
 // acquire readies group g's non-persistent parameters for its gather,
 // which writes every element of them (zcore.Pages.Acquire).
 func (f *fetcher) acquire(g int) {
-	sp := f.s.l.Specs
-	f.runs(g, func(i, j int) { f.s.full.Acquire(sp[i].Offset, sp[j].Offset+sp[j].Numel, true) })
+	f.runs(g, func(i, j int) {
+		lo, hi := f.span(i, j)
+		f.s.full.Acquire(lo, hi, true)
+	})
 }
 
 // begin starts a pass (the first hook of a forward): with a trace, the

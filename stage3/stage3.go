@@ -665,6 +665,5 @@ func (s *Strategy) cachePages() int {
 	for _, gr := range s.groups {
 		most = max(most, gr.Numel)
 	}
-	const huge = 2 << 20
-	return (4*most + huge - 1) / huge
+	return (most + zcore.HugePageElems - 1) / zcore.HugePageElems
 }

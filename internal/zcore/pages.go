@@ -28,6 +28,11 @@ type Pages struct {
 // backward pass itself.
 const hugePage = 2 << 20
 
+// HugePageElems is the float32 elements of one huge page: the unit in
+// which buffers of that size or more are released and a PageCache holds
+// pages.
+const HugePageElems = hugePage / 4
+
 // NewPages maps n zeroed elements.
 func NewPages(n int) (*Pages, error) {
 	f, m, err := mapF32(n)
