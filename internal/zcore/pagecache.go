@@ -44,13 +44,6 @@ func (c *PageCache) Held() int64 {
 	return int64(len(c.s.held)) * hugePage
 }
 
-// Trim gives every page the cache holds back to the system.
-func (c *PageCache) Trim() {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.s.trim()
-}
-
 // Close gives the pages back and unmaps the cache.
 func (c *PageCache) Close() {
 	c.mu.Lock()

@@ -17,7 +17,6 @@ func newStash(int) (stash, error) { return stash{}, nil }
 func (*stash) put(uintptr) bool   { return false }
 func (*stash) take(uintptr) bool  { return false }
 func (*stash) disable()           {}
-func (*stash) trim()              {}
 func (*stash) close()             {}
 
 func (mapping) unmap() {}
