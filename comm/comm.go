@@ -29,7 +29,7 @@ import (
 // buffers are the caller's again; after an error their contents are
 // unspecified. Buffers of different ranks must not overlap.
 //
-// Reduction: for Sum and Avg, each element is reduced in float32 in the
+// Reduction: for every Op, each element is reduced in float32 in the
 // fixed order rank 0, 1, …, n−1 of the communicator, a 16-bit buffer
 // rounded to its dtype after every addition (see Reduce), so the bits of a
 // result never depend on timing.
@@ -114,10 +114,16 @@ const (
 	// Avg is Sum followed by one float32 division by the communicator size
 	// (DeepSpeed's post-division, tensor.div_(world_size), after a sum).
 	Avg
+	// PreAvg divides every rank's elements by the communicator size (one
+	// float32 division each, a 16-bit buffer rounded to its dtype) and
+	// sums the quotients: ZeRO's tensor.div_(world_size) before a SUM,
+	// with the division done inside the reduction's one pass over the
+	// data instead of in a pass of its own. The inputs are not changed.
+	PreAvg
 	numOps
 )
 
-var opNames = [...]string{"sum", "avg"}
+var opNames = [...]string{"sum", "avg", "pre_avg"}
 
 func (o Op) String() string {
 	if o < 0 || o >= numOps {
@@ -126,7 +132,7 @@ func (o Op) String() string {
 	return opNames[o]
 }
 
-// Valid reports whether o is Sum or Avg.
+// Valid reports whether o is Sum, Avg or PreAvg.
 func (o Op) Valid() bool { return o >= 0 && o < numOps }
 
 // Kind names a collective, for errors, fault injection and traffic counts.

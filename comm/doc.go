@@ -25,10 +25,11 @@
 //   - Buffer: a dtype — fp32, fp16 or bf16, as device.DType — and a slice
 //     (fp16 and bf16 as []uint16 bit patterns, package half). A Buffer is a
 //     view, never a copy; Slice makes views of parts of it.
-//   - Op: Sum or Avg. Reduction order: every backend reduces each element
-//     in float32, in the fixed order rank 0, 1, …, n−1, rounding a 16-bit
-//     sum to its dtype after every addition (as gloo's and NCCL's 16-bit
-//     sums do), and divides once for Avg (Reduce is the definition). Results
+//   - Op: Sum, Avg or PreAvg. Reduction order: every backend reduces each
+//     element in float32, in the fixed order rank 0, 1, …, n−1, rounding a
+//     16-bit sum to its dtype after every addition (as gloo's and NCCL's
+//     16-bit sums do), and divides once for Avg, or each rank's element
+//     before the sum for PreAvg (Reduce is the definition). Results
 //     are therefore bit-for-bit reproducible and independent of timing,
 //     and equal a serial loop over ranks — which ZeRO parity tests rely on.
 //   - Handle: every collective is asynchronous; it returns a Handle at

@@ -12,15 +12,20 @@ import (
 const reduceBlock = 1024
 
 // Reduce writes the element-wise reduction of srcs into every buffer of
-// dsts. It is the arithmetic every backend's Sum and Avg must reproduce bit
+// dsts. It is the arithmetic every backend's reductions must reproduce bit
 // for bit. With n = len(srcs) sources, for each element i, where x_k is
 // srcs[k][i] widened exactly to float32:
 //
+//	x_k = x_k / float32(n) for PreAvg only (one float32 division each;
+//	                       fp16/bf16: the quotient rounded to nearest even)
 //	s = x_0
 //	s = s + x_k            for k = 1, …, n−1, in this order (float32 adds;
 //	                       fp16/bf16: s rounded to nearest even after each)
 //	s = s / float32(n)     for Avg only (one float32 division)
 //	dst[i] = s             fp32; fp16/bf16: s rounded to nearest even
+//
+// PreAvg is therefore bit for bit the division of every source in place
+// (tensor.div_ in its dtype) followed by Sum, without touching the sources.
 //
 // So a 16-bit reduction adds in the buffers' dtype, as torch's backends do
 // for a 16-bit tensor: gloo's sum<c10::BFloat16> and NCCL's ring add two
@@ -50,7 +55,7 @@ func Reduce(dsts, srcs []Buffer, op Op) {
 			}
 		}
 	}
-	if len(srcs) == 1 {
+	if len(srcs) == 1 { // x/1 is x: every op copies
 		for _, d := range dsts {
 			Copy(d, srcs[0])
 		}
@@ -75,6 +80,16 @@ func reduceF32(dsts, srcs []Buffer, op Op) {
 	for lo := 0; lo < n; lo += reduceBlock {
 		hi := min(lo+reduceBlock, n)
 		a := acc[:hi-lo]
+		if op == PreAvg {
+			quotient(a, srcs[0].f32[lo:hi], div)
+			for _, s := range srcs[1:] {
+				addQuotient(a, s.f32[lo:hi], div)
+			}
+			for _, d := range dsts {
+				copy(d.f32[lo:hi], a)
+			}
+			continue
+		}
 		// Two sources per pass over a where possible: a = (a + x) + y keeps
 		// the order and halves the loads and stores of a.
 		rest := srcs[2:]
@@ -188,6 +203,52 @@ func divide(a []float32, d float32) {
 	}
 }
 
+// quotient is a = x / d, element-wise, with divide's arithmetic.
+func quotient(a, x []float32, d float32) {
+	x = x[:len(a)]
+	if !isPow2(d) {
+		for i := range a {
+			a[i] = x[i] / d
+		}
+		return
+	}
+	inv := 1 / d
+	i := 0
+	for ; i+4 <= len(a); i += 4 {
+		aa, xx := a[i:i+4:i+4], x[i:i+4:i+4]
+		aa[0] = xx[0] * inv
+		aa[1] = xx[1] * inv
+		aa[2] = xx[2] * inv
+		aa[3] = xx[3] * inv
+	}
+	for ; i < len(a); i++ {
+		a[i] = x[i] * inv
+	}
+}
+
+// addQuotient is a += x / d, element-wise, with divide's arithmetic.
+func addQuotient(a, x []float32, d float32) {
+	x = x[:len(a)]
+	if !isPow2(d) {
+		for i := range a {
+			a[i] += x[i] / d
+		}
+		return
+	}
+	inv := 1 / d
+	i := 0
+	for ; i+4 <= len(a); i += 4 {
+		aa, xx := a[i:i+4:i+4], x[i:i+4:i+4]
+		aa[0] += xx[0] * inv
+		aa[1] += xx[1] * inv
+		aa[2] += xx[2] * inv
+		aa[3] += xx[3] * inv
+	}
+	for ; i < len(a); i++ {
+		a[i] += x[i] * inv
+	}
+}
+
 func isPow2(d float32) bool {
 	n := int(d)
 	return float32(n) == d && n > 0 && n&(n-1) == 0
@@ -201,8 +262,16 @@ func reduce16(dsts, srcs []Buffer, op Op, widen func([]float32, []uint16), narro
 		hi := min(lo+reduceBlock, n)
 		a, t := acc[:hi-lo], tmp[:hi-lo]
 		widen(a, srcs[0].bits[lo:hi])
+		if op == PreAvg {
+			divide(a, div)
+			round(a)
+		}
 		for _, s := range srcs[1:] {
 			widen(t, s.bits[lo:hi])
+			if op == PreAvg {
+				divide(t, div)
+				round(t)
+			}
 			addTo(a, t)
 			round(a)
 		}

@@ -21,7 +21,7 @@ import (
 // with separate destinations and in place (every dst is its src).
 func TestReduceMatchesReference(t *testing.T) {
 	for _, dt := range []device.DType{device.F32, device.F16, device.BF16} {
-		for _, op := range []comm.Op{comm.Sum, comm.Avg} {
+		for _, op := range []comm.Op{comm.Sum, comm.Avg, comm.PreAvg} {
 			for nsrc := 1; nsrc <= 5; nsrc++ {
 				for _, n := range []int{0, 1, 1023, 1024, 1025, 3001} {
 					name := fmt.Sprintf("%v/%v/srcs=%d/len=%d", dt, op, nsrc, n)
@@ -121,6 +121,48 @@ func TestReduceOrder(t *testing.T) {
 	comm.Reduce([]comm.Buffer{out}, []comm.Buffer{comm.F32([]float32{0.1}), comm.F32([]float32{0.2}), comm.F32([]float32{0.4})}, comm.Avg)
 	if got, want := out.F32()[0], (float32(0.1)+float32(0.2)+float32(0.4))/3; got != want {
 		t.Errorf("avg = %v, want %v", got, want)
+	}
+}
+
+// TestPreAvgDividesFirst pins PreAvg's order: each source is divided
+// before the sum. Near the top of the float32 range the sum of two
+// values overflows where the sum of their halves does not, and with
+// three ranks the quotients' sum differs from the sum's quotient in the
+// last bit.
+func TestPreAvgDividesFirst(t *testing.T) {
+	f32 := func(vs ...float32) (bs []comm.Buffer) {
+		for _, v := range vs {
+			bs = append(bs, comm.F32([]float32{v}))
+		}
+		return bs
+	}
+	big := float32(3e38)
+	for _, tc := range []struct {
+		srcs      []float32
+		want, avg float32
+	}{
+		{[]float32{big, big}, big, float32(math.Inf(1))},
+		{[]float32{1, 2, 4}, 0, 0}, // want and avg computed below, in float32 at run time
+	} {
+		if len(tc.srcs) == 3 {
+			n := float32(len(tc.srcs))
+			x, y, z := tc.srcs[0], tc.srcs[1], tc.srcs[2]
+			tc.want, tc.avg = x/n+y/n+z/n, (x+y+z)/n
+		}
+		if tc.want == tc.avg {
+			t.Fatalf("%v: PreAvg and Avg agree (%v); the case does not tell them apart", tc.srcs, tc.want)
+		}
+		out := comm.F32(make([]float32, 1))
+		srcs := f32(tc.srcs...)
+		comm.Reduce([]comm.Buffer{out}, srcs, comm.PreAvg)
+		if got := out.F32()[0]; got != tc.want {
+			t.Errorf("pre_avg of %v = %v, want %v", tc.srcs, got, tc.want)
+		}
+		for k, b := range srcs {
+			if b.F32()[0] != tc.srcs[k] {
+				t.Errorf("pre_avg changed source %d: %v, want %v", k, b.F32()[0], tc.srcs[k])
+			}
+		}
 	}
 }
 

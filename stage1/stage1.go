@@ -92,11 +92,11 @@ func (s *Strategy) Step(in zcore.StepInput) (zcore.StepResult, error) {
 	}
 	lo, hi := s.shard.Lo, s.shard.Hi
 	clear(s.grads[o.Layout.Numel:]) // the padding (a 16-bit wire may have left words there)
-	o.Average.Before(o.Pool, s.grads)
+	op := o.Average.Before(o.Pool, s.grads, o.Comm.Size())
 	wire := o.Average.Wire(s.grads)
 	part := s.grads[lo:hi]
 	if s.shard.InPlace() {
-		if err := o.Comm.ReduceScatter(o.Ctx, wire.Slice(lo, hi), wire, comm.Sum).Wait(); err != nil {
+		if err := o.Comm.ReduceScatter(o.Ctx, wire.Slice(lo, hi), wire, op).Wait(); err != nil {
 			return zcore.StepResult{}, fmt.Errorf("stage 1: reduce-scatter of the gradients: %w", err)
 		}
 		o.Average.Unwire(s.grads, lo, hi)
@@ -105,7 +105,7 @@ func (s *Strategy) Step(in zcore.StepInput) (zcore.StepResult, error) {
 		// reduce it in buckets, as DeepSpeed's stage 1 does
 		// (allreduce_and_scatter), and gather the runs.
 		var err error
-		if s.hs, err = zcore.AllReduceWire(o.Ctx, o.Comm, wire, o.BucketSize, s.hs); err != nil {
+		if s.hs, err = zcore.AllReduceWire(o.Ctx, o.Comm, wire, op, o.BucketSize, s.hs); err != nil {
 			return zcore.StepResult{}, fmt.Errorf("stage 1: all-reduce of the gradients: %w", err)
 		}
 		o.Average.Unwire(s.grads, 0, len(s.grads))

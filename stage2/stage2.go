@@ -142,7 +142,7 @@ func (s *Strategy) flush() error {
 	}
 	o := &s.o
 	g := s.grads.F32()[s.bucket.lo:s.bucket.hi]
-	o.Average.Before(o.Pool, g)
+	op := o.Average.Before(o.Pool, g, o.Comm.Size())
 	wire := o.Average.Wire(g)
 	f := flight{span: s.bucket}
 	if n := len(s.spare); n > 0 {
@@ -153,7 +153,7 @@ func (s *Strategy) flush() error {
 	}
 	if o.Comm.Size() > 1 {
 		zcore.Chunks(len(g), o.BucketSize, func(lo, hi int) {
-			f.hs = append(f.hs, o.Comm.AllReduce(o.Ctx, wire.Slice(lo, hi), comm.Sum))
+			f.hs = append(f.hs, o.Comm.AllReduce(o.Ctx, wire.Slice(lo, hi), op))
 		})
 	}
 	s.inflight = append(s.inflight, f)

@@ -133,11 +133,11 @@ func (r *reducer) issue(v int) error {
 		if pf := s.c.PredivideFactor; pf != 0 && pf != 1 {
 			divide(in, float32(pf))
 		}
-		s.o.Average.Before(s.o.Pool, in)
+		op := s.o.Average.Before(s.o.Pool, in, s.o.Comm.Size())
 		if s.world > 1 {
 			// In communication_data_type: 16-bit values packed in place.
 			wire := s.o.Average.Wire(in)
-			f.hs = append(f.hs, s.o.Comm.ReduceScatter(s.o.Ctx, wire.Slice(s.rank*ps, (s.rank+1)*ps), wire, comm.Sum))
+			f.hs = append(f.hs, s.o.Comm.ReduceScatter(s.o.Ctx, wire.Slice(s.rank*ps, (s.rank+1)*ps), wire, op))
 		}
 	}
 	return nil

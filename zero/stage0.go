@@ -139,9 +139,9 @@ func (s *Stage0) Step(in StepInput) (StepResult, error) {
 	if !s.dirty {
 		defer clear(s.grads)
 	}
-	o.Average.Before(o.Pool, s.grads)
+	op := o.Average.Before(o.Pool, s.grads, o.Comm.Size())
 	var err error
-	if s.hs, err = zcore.AllReduceWire(o.Ctx, o.Comm, o.Average.Wire(s.grads), o.BucketSize, s.hs); err != nil {
+	if s.hs, err = zcore.AllReduceWire(o.Ctx, o.Comm, o.Average.Wire(s.grads), op, o.BucketSize, s.hs); err != nil {
 		return StepResult{}, fmt.Errorf("stage 0: all-reduce of the gradients: %w", err)
 	}
 	o.Average.Unwire(s.grads, 0, len(s.grads))

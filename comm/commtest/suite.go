@@ -60,7 +60,7 @@ func Lengths() []int { return []int{0, 1, 7, 1031, 2*1024 + 3} }
 func Cases(size int) []Case {
 	var cs []Case
 	dts := []device.DType{device.F32, device.F16, device.BF16}
-	ops := []comm.Op{comm.Sum, comm.Avg}
+	ops := []comm.Op{comm.Sum, comm.Avg, comm.PreAvg}
 	for _, dt := range dts {
 		for _, n := range Lengths() {
 			for _, op := range ops {
@@ -146,8 +146,9 @@ func Bits(b comm.Buffer) []uint32 {
 	return out
 }
 
-// Reference is the serial definition of Sum and Avg over ranks' values for
-// one element, as comm.Reduce documents it, rounded to dt: a float32 sum in
+// Reference is the serial definition of the ops over ranks' values for
+// one element, as comm.Reduce documents it, rounded to dt: for PreAvg each
+// value divided by the rank count (and rounded to dt), a float32 sum in
 // rank order (a 16-bit dt rounds after every addition), one float32
 // division for Avg, one rounding.
 func Reference(dt device.DType, op comm.Op, vals []float32) uint32 {
@@ -158,13 +159,20 @@ func Reference(dt device.DType, op comm.Op, vals []float32) uint32 {
 	case device.BF16:
 		round = half.NearestBF16
 	}
-	s := vals[0]
+	n := float32(len(vals))
+	term := func(x float32) float32 {
+		if op == comm.PreAvg {
+			return round(x / n)
+		}
+		return x
+	}
+	s := term(vals[0])
 	if len(vals) > 1 {
 		for _, x := range vals[1:] {
-			s = round(s + x)
+			s = round(s + term(x))
 		}
 		if op == comm.Avg {
-			s /= float32(len(vals))
+			s /= n
 		}
 	}
 	switch dt {

@@ -343,7 +343,7 @@ func checkInproc(t *testing.T, c comm.Comm) {
 	const m = 2*1024 + 3
 	var cases []commtest.Case
 	for _, dt := range []device.DType{device.F32, device.F16, device.BF16} {
-		for _, op := range []comm.Op{comm.Sum, comm.Avg} {
+		for _, op := range []comm.Op{comm.Sum, comm.Avg, comm.PreAvg} {
 			cases = append(cases,
 				commtest.Case{Kind: comm.KindAllReduce, DType: dt, Len: m, Op: op},
 				commtest.Case{Kind: comm.KindReduceScatter, DType: dt, Len: m, Op: op})

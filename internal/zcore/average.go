@@ -42,14 +42,15 @@ type Averaging struct {
 	div   float32 // divide before the sum; 0: none
 	post  float32 // multiply after the sum; 0: none
 
-	bucket func([]float32) // rounding to the bucket's dtype; nil: fp32
-	comm   device.DType    // the dtype of the sum (communication_data_type)
+	bucket   func([]float32) // rounding to the bucket's dtype; nil: fp32
+	bucketDT device.DType    // the bucket's dtype
+	comm     device.DType    // the dtype of the sum (communication_data_type)
 }
 
 // In returns the rule with the bucket held in dtype bucket and summed in
 // dtype comm (both device.F32 by default).
 func (a Averaging) In(bucket, comm device.DType) Averaging {
-	a.bucket, a.comm = Rounding(bucket), comm
+	a.bucket, a.bucketDT, a.comm = Rounding(bucket), bucket, comm
 	return a
 }
 
@@ -84,13 +85,23 @@ func ZeroAveraging(world int) Averaging {
 	return a
 }
 
-// Before applies the rule's part before the sum to x, in place: x
-// rounded to the bucket's dtype (a no-op when it holds that dtype
-// already), the division in that dtype, the cast to the communication
-// dtype, the multiplication in it.
-func (a Averaging) Before(p *optim.Pool, x []float32) {
-	toComm := Rounding(a.comm)
+// Before applies the rule's part before the sum to x, in place, and
+// returns the op of the sum: x rounded to the bucket's dtype (a no-op when
+// it holds that dtype already), the division in that dtype, the cast to
+// the communication dtype, the multiplication in it; comm.Sum.
+//
+// When the sum runs over size ranks and the rule's only part before it is
+// ZeRO's division by size, in a bucket held in the communication dtype,
+// Before leaves the division to the reduction and returns comm.PreAvg,
+// which divides each rank's values as it reads them: the same bits, one
+// pass over the gradients fewer. Hybrid sharding, which divides by the
+// whole world before a sum within a group, divides here.
+func (a Averaging) Before(p *optim.Pool, x []float32, size int) comm.Op {
 	round(a.bucket, x)
+	if a.div != 0 && a.div == float32(size) && a.pre == 0 && a.bucketDT == a.comm {
+		return comm.PreAvg
+	}
+	toComm := Rounding(a.comm)
 	if a.div != 0 {
 		p.Divide(x, a.div)
 		round(a.bucket, x)
@@ -100,6 +111,7 @@ func (a Averaging) Before(p *optim.Pool, x []float32) {
 		p.Scale(x, a.pre)
 		round(toComm, x)
 	}
+	return comm.Sum
 }
 
 // After applies the rule's part after the sum to x, in place: the
@@ -137,15 +149,16 @@ func (a Averaging) Unwire(x []float32, lo, hi int) {
 	}
 }
 
-// AllReduceWire sums buf, a wire buffer, across c's ranks in calls of at
-// most size elements (see AllReduce; hs is the caller's scratch).
-func AllReduceWire(ctx context.Context, c comm.Comm, buf comm.Buffer, size int, hs []comm.Handle) ([]comm.Handle, error) {
+// AllReduceWire reduces buf, a wire buffer, with op across c's ranks in
+// calls of at most size elements (see AllReduce; hs is the caller's
+// scratch).
+func AllReduceWire(ctx context.Context, c comm.Comm, buf comm.Buffer, op comm.Op, size int, hs []comm.Handle) ([]comm.Handle, error) {
 	if c.Size() == 1 {
 		return hs, nil
 	}
 	hs = hs[:0]
 	Chunks(buf.Len(), size, func(lo, hi int) {
-		hs = append(hs, c.AllReduce(ctx, buf.Slice(lo, hi), comm.Sum))
+		hs = append(hs, c.AllReduce(ctx, buf.Slice(lo, hi), op))
 	})
 	err := comm.WaitAll(hs...)
 	clear(hs)

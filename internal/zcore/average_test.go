@@ -2,6 +2,7 @@ package zcore
 
 import (
 	"context"
+	"fmt"
 	"math"
 	"slices"
 	"testing"
@@ -62,54 +63,74 @@ func TestAveraging16(t *testing.T) {
 		a      Averaging
 		want   func(x [3]float32) float32
 		wireDT device.DType
+		fuses  bool // the division is left to the reduction (comm.PreAvg)
 	}{
 		{"zero bf16 bucket, bf16 comm", ZeroAveraging(3).In(device.BF16, device.BF16), func(x [3]float32) float32 {
 			h := func(v float32) float32 { return rb(rb(v) / 3) }
 			return rb(rb(h(x[0])+h(x[1])) + h(x[2]))
-		}, device.BF16},
+		}, device.BF16, true},
 		{"zero bf16 bucket, fp32 comm", ZeroAveraging(3).In(device.BF16, device.F32), func(x [3]float32) float32 {
 			h := func(v float32) float32 { return rb(rb(v) / 3) }
 			return rb(h(x[0]) + h(x[1]) + h(x[2]))
-		}, device.F32},
+		}, device.F32, false},
 		{"engine fp32 bucket, bf16 comm", EngineAveraging(3, false, 1).In(device.F32, device.BF16), func(x [3]float32) float32 {
 			return rb(rb(rb(rb(x[0])+rb(x[1]))+rb(x[2])) * third)
-		}, device.BF16},
+		}, device.BF16, false},
 		{"engine prescale, bf16 comm", EngineAveraging(3, true, 1).In(device.F32, device.BF16), func(x [3]float32) float32 {
 			h := func(v float32) float32 { return rb(rb(v) * third) }
 			return rb(rb(h(x[0])+h(x[1])) + h(x[2]))
-		}, device.BF16},
+		}, device.BF16, false},
 		{"engine fp16 comm", EngineAveraging(3, false, 1).In(device.F16, device.F16), func(x [3]float32) float32 {
 			rh := half.NearestF16
 			return rh(rh(rh(rh(x[0])+rh(x[1]))+rh(x[2])) * third)
-		}, device.F16},
+		}, device.F16, false},
 		{"fp32 throughout", EngineAveraging(3, false, 1), func(x [3]float32) float32 {
 			return (x[0] + x[1] + x[2]) * third
-		}, device.F32},
+		}, device.F32, false},
+		{"zero fp32 throughout", ZeroAveraging(3), func(x [3]float32) float32 {
+			return x[0]/3 + x[1]/3 + x[2]/3
+		}, device.F32, true},
+		{"hybrid: world 6, group 3", GroupAveraging(6, 3), func(x [3]float32) float32 {
+			return x[0]/6 + x[1]/6 + x[2]/6
+		}, device.F32, false},
 	} {
-		got := make([][]float32, 3)
-		err := inproc.New(3, inproc.Options{}).Run(func(c comm.Comm) error {
-			x := slices.Clone(in[c.Rank()])
-			tc.a.Before(nil, x)
-			w := tc.a.Wire(x)
-			if w.DType() != tc.wireDT {
-				t.Errorf("%s: wire dtype %v, want %v", tc.name, w.DType(), tc.wireDT)
+		// Each rule twice: with the reduction over the three ranks, and
+		// with Before told the sum is over one rank, so that it does all
+		// its arithmetic itself. Both give DeepSpeed's bits.
+		for _, fuse := range []bool{true, false} {
+			name := fmt.Sprintf("%s, fused %v", tc.name, fuse)
+			got := make([][]float32, 3)
+			err := inproc.New(3, inproc.Options{}).Run(func(c comm.Comm) error {
+				x := slices.Clone(in[c.Rank()])
+				size := 1
+				if fuse {
+					size = c.Size()
+				}
+				op := tc.a.Before(nil, x, size)
+				if wantOp := map[bool]comm.Op{false: comm.Sum, true: comm.PreAvg}[fuse && tc.fuses]; op != wantOp {
+					t.Errorf("%s: op %v, want %v", name, op, wantOp)
+				}
+				w := tc.a.Wire(x)
+				if w.DType() != tc.wireDT {
+					t.Errorf("%s: wire dtype %v, want %v", name, w.DType(), tc.wireDT)
+				}
+				if _, err := AllReduceWire(context.Background(), c, w, op, 2, nil); err != nil {
+					return err
+				}
+				tc.a.Unwire(x, 0, len(x))
+				tc.a.After(nil, x)
+				got[c.Rank()] = x
+				return nil
+			})
+			if err != nil {
+				t.Fatal(err)
 			}
-			if _, err := AllReduceWire(context.Background(), c, w, 2, nil); err != nil {
-				return err
-			}
-			tc.a.Unwire(x, 0, len(x))
-			tc.a.After(nil, x)
-			got[c.Rank()] = x
-			return nil
-		})
-		if err != nil {
-			t.Fatal(err)
-		}
-		for i := range in[0] {
-			want := tc.want([3]float32{in[0][i], in[1][i], in[2][i]})
-			for r := range 3 {
-				if math.Float32bits(got[r][i]) != math.Float32bits(want) {
-					t.Errorf("%s: rank %d element %d = %v, want %v", tc.name, r, i, got[r][i], want)
+			for i := range in[0] {
+				want := tc.want([3]float32{in[0][i], in[1][i], in[2][i]})
+				for r := range 3 {
+					if math.Float32bits(got[r][i]) != math.Float32bits(want) {
+						t.Errorf("%s: rank %d element %d = %v, want %v", name, r, i, got[r][i], want)
+					}
 				}
 			}
 		}

@@ -22,7 +22,7 @@ func TestSoloConformance(t *testing.T) {
 func TestAveraging(t *testing.T) {
 	g := func() []float32 { return []float32{3, 1, -7, 0.1} }
 	apply := func(a Averaging, x []float32) []float32 {
-		a.Before(nil, x)
+		a.Before(nil, x, 1) // a sum over one rank: the rule does all its arithmetic here
 		a.After(nil, x)
 		return x
 	}
