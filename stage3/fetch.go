@@ -159,6 +159,7 @@ func (f *fetcher) issue(g int) error {
 			st.flight = fl // landed (and its buffers returned) by Close
 			f.live += n
 			f.flying += n
+			s.fitCache()
 			return err
 		}
 		fl.hs = append(fl.hs, c.AllGather(s.o.Ctx, comm.F32(out), comm.F32(mine)))
@@ -166,6 +167,7 @@ func (f *fetcher) issue(g int) error {
 	st.flight = fl
 	f.live += n
 	f.flying += n
+	s.fitCache()
 	s.waits.Gathers++
 	return nil
 }
@@ -214,6 +216,7 @@ func (f *fetcher) land(g int) error {
 		st.gathered = true
 	} else {
 		f.live -= f.gatherable(g)
+		s.fitCache()
 		s.o.Acct.Release(mem.Gathered, mem.Device, 4*int64(f.gatherable(g)))
 		err = fmt.Errorf("stage 3: all-gather of unit %q: %w", s.groups[g].Name, err)
 	}
@@ -308,6 +311,8 @@ func (f *fetcher) release(g int) {
 	if n == 0 {
 		return
 	}
+	f.live -= n
+	s.fitCache() // room for the pages released next
 	f.runs(g, func(i, j int) {
 		// The parameters around the run that read zero too: the huge
 		// pages the run shares with them go back as well, instead of
@@ -316,7 +321,6 @@ func (f *fetcher) release(g int) {
 		olo, ohi := f.zeroAround(g, i, j)
 		s.full.ReleaseIn(lo, hi, olo, ohi)
 	})
-	f.live -= n
 	s.o.Acct.Release(mem.Gathered, mem.Device, 4*int64(n))
 }
 

@@ -17,6 +17,7 @@ type reducer struct {
 	s  *Strategy
 	ug *zcore.UnitGrads // which units' gradients are live, and complete
 
+	live     int        // elements of the units whose gradients are live
 	inflight []rsFlight // reduce-scatters issued, oldest first
 	spare    []rsFlight // landed flights whose slices are reused
 	fresh    []int      // before's scratch
@@ -60,7 +61,9 @@ func (r *reducer) before(u int) error {
 	for _, v := range r.fresh {
 		un := &s.l.Units[v]
 		s.grads.Acquire(un.Offset, un.Offset+un.Numel, overwrite)
+		r.live += un.Numel
 	}
+	s.fitCache()
 	return nil
 }
 
@@ -217,6 +220,8 @@ func (r *reducer) recycle(fl rsFlight) {
 	for v := fl.u + 1; v < len(s.l.Units) && !r.ug.Live(v); v++ {
 		ohi = s.l.Units[v].Offset + s.l.Units[v].Numel
 	}
+	r.live -= un.Numel
+	s.fitCache() // room for the pages released next
 	s.grads.ReleaseIn(un.Offset, un.Offset+un.Numel, olo, ohi)
 	r.ug.Release(fl.u)
 	for _, st := range fl.staged {

@@ -121,6 +121,9 @@ type Strategy struct {
 	full  *zcore.Pages // the parameters the model binds; resident where gathered
 	grads *zcore.Pages // the gradients the model binds; resident where live
 	pages *zcore.PageCache
+	// peakLive is the most elements of the gathered parameters and the
+	// gradients ever live at once (fitCache).
+	peakLive int
 	// dirty: LeaveGradsDirty, the model overwrites each step's first
 	// gradients, so the pages a unit's gradients are acquired into then
 	// need not be cleared.
@@ -273,6 +276,7 @@ func New(o zcore.Options, c Config) (_ *Strategy, err error) {
 	if s.pages, err = zcore.NewPageCache(s.cachePages()); err != nil {
 		return nil, fmt.Errorf("stage 3: %w", err)
 	}
+	s.pages.SetRoom(0) // fitCache lets it grow with what has been live
 	s.full.Recycle(s.pages)
 	s.grads.Recycle(s.pages)
 	if s.pswap != nil {
@@ -656,14 +660,25 @@ func (s *Strategy) Close() {
 }
 
 // cachePages sizes the page cache the gathered parameters and the
-// gradients recycle their pages through (zcore.PageCache): the largest
-// group's huge pages. In steady state a released group's pages back
-// the next group gathered or the next unit's gradients, so the cache
-// holds at most about one group at a time beyond what is live.
+// gradients recycle their pages through (zcore.PageCache): both
+// buffers' huge pages, the most they can ever have live. What it may
+// hold at a time is set by fitCache.
 func (s *Strategy) cachePages() int {
-	most := 0
-	for _, gr := range s.groups {
-		most = max(most, gr.Numel)
+	return (2*s.l.Numel + zcore.HugePageElems - 1) / zcore.HugePageElems
+}
+
+// fitCache lets the page cache hold what the gathered parameters and the
+// gradients have had live at most at once, less what they have live now
+// (zcore.PageCache.SetRoom). In steady state a step then draws every
+// page it gathers into or writes gradients to from the pages the last
+// one released, instead of faulting in fresh pages the kernel must
+// zero, and the cache never keeps the resident memory above the peak
+// the step reaches anyway.
+func (s *Strategy) fitCache() {
+	if s.pages == nil {
+		return // closed, or not made yet
 	}
-	return (most + zcore.HugePageElems - 1) / zcore.HugePageElems
+	live := s.f.live + s.r.live
+	s.peakLive = max(s.peakLive, live)
+	s.pages.SetRoom((s.peakLive - live) / zcore.HugePageElems)
 }

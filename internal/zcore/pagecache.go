@@ -67,6 +67,20 @@ func (c *PageCache) take(a uintptr) bool {
 	return c.s.take(a)
 }
 
+// SetRoom makes n huge pages the most the cache holds from now on (it
+// never holds more than it was made with): pages it holds beyond n go
+// back to the system at once, and releases beyond n go there too. A
+// cache starts with room for all its pages. An owner that knows how much
+// of its buffers was ever live at once keeps the cache within that peak
+// less what is live now, so that the cache never makes the resident
+// memory exceed the peak the buffers had without it — as a caching
+// allocator reserves no more than its peak allocation.
+func (c *PageCache) SetRoom(n int) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.s.setRoom(n)
+}
+
 // disable stops the cache taking pages (a move failed).
 func (c *PageCache) disable() {
 	c.mu.Lock()

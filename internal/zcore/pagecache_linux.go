@@ -26,6 +26,7 @@ type stash struct {
 	slots []int // byte offsets in raw
 	held  []int // slots holding a page, most recently put last
 	free  []int
+	room  int  // the most pages to hold (setRoom); at most len(slots)
 	off   bool // a move failed, or the kernel cannot move pages: hold none
 }
 
@@ -37,7 +38,7 @@ func newStash(pages int) (stash, error) {
 	if err != nil {
 		return stash{}, fmt.Errorf("reserving %d bytes for the page cache: %w", (pages+1)*hugePage, err)
 	}
-	s := stash{raw: raw}
+	s := stash{raw: raw, room: pages}
 	a := uintptr(unsafe.Pointer(unsafe.SliceData(raw)))
 	first := int(alignUp(a, hugePage) - a)
 	for k := range pages {
@@ -61,7 +62,7 @@ func move(from, to uintptr) error {
 func (s *stash) slot(k int) uintptr { return uintptr(unsafe.Pointer(&s.raw[s.slots[k]])) }
 
 func (s *stash) put(a uintptr) bool {
-	if s.off || len(s.free) == 0 {
+	if s.off || len(s.free) == 0 || len(s.held) >= s.room {
 		return false
 	}
 	k := s.free[len(s.free)-1]
@@ -88,6 +89,19 @@ func (s *stash) take(a uintptr) bool {
 	return true
 }
 
+// setRoom makes n the most pages s holds, giving back the oldest it
+// holds beyond that.
+func (s *stash) setRoom(n int) {
+	s.room = min(max(n, 0), len(s.slots))
+	if over := len(s.held) - s.room; over > 0 {
+		for _, k := range s.held[:over] {
+			syscall.Madvise(s.raw[s.slots[k]:][:hugePage], syscall.MADV_DONTNEED)
+			s.free = append(s.free, k)
+		}
+		s.held = append(s.held[:0], s.held[over:]...)
+	}
+}
+
 // disable gives the pages back and takes no more.
 func (s *stash) disable() {
 	s.trim()
@@ -95,11 +109,9 @@ func (s *stash) disable() {
 }
 
 func (s *stash) trim() {
-	for _, k := range s.held {
-		syscall.Madvise(s.raw[s.slots[k]:][:hugePage], syscall.MADV_DONTNEED)
-		s.free = append(s.free, k)
-	}
-	s.held = s.held[:0]
+	room := s.room
+	s.setRoom(0)
+	s.room = room
 }
 
 func (s *stash) close() {

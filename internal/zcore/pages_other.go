@@ -17,6 +17,7 @@ func newStash(int) (stash, error) { return stash{}, nil }
 func (*stash) put(uintptr) bool   { return false }
 func (*stash) take(uintptr) bool  { return false }
 func (*stash) disable()           {}
+func (*stash) setRoom(int)        {}
 func (*stash) close()             {}
 
 func (mapping) unmap() {}
