@@ -273,10 +273,7 @@ func New(o zcore.Options, c Config) (_ *Strategy, err error) {
 	if s.grads, err = zcore.NewPages(s.l.Numel); err != nil {
 		return nil, fmt.Errorf("stage 3: gradient buffer: %w", err)
 	}
-	if s.pages, err = zcore.NewPageCache(s.cachePages()); err != nil {
-		return nil, fmt.Errorf("stage 3: %w", err)
-	}
-	s.pages.SetRoom(0) // fitCache lets it grow with what has been live
+	s.pages = zcore.NewPageCache(0) // fitCache lets it grow with what has been live
 	s.full.Recycle(s.pages)
 	s.grads.Recycle(s.pages)
 	if s.pswap != nil {
@@ -657,14 +654,6 @@ func (s *Strategy) Close() {
 		s.pages.Close()
 		s.pages = nil
 	}
-}
-
-// cachePages sizes the page cache the gathered parameters and the
-// gradients recycle their pages through (zcore.PageCache): both
-// buffers' huge pages, the most they can ever have live. What it may
-// hold at a time is set by fitCache.
-func (s *Strategy) cachePages() int {
-	return (2*s.l.Numel + zcore.HugePageElems - 1) / zcore.HugePageElems
 }
 
 // fitCache lets the page cache hold what the gathered parameters and the

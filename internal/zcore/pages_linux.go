@@ -32,9 +32,10 @@ func mapF32(n int) ([]float32, mapping, error) {
 }
 
 // release zeroes [lo, hi) and gives back the whole pages of [olo, ohi)
-// that overlap it (the rest of [olo, ohi) reads zero already): to c
-// while it has room, if c is not nil, else to the system.
-func (m mapping) release(f []float32, lo, hi, olo, ohi int, c *PageCache) {
+// that overlap it (the rest of [olo, ohi) reads zero already): parked in
+// p's cache while it has room, else to the system.
+func (m mapping) release(p *Pages, lo, hi, olo, ohi int) {
+	f := p.f32
 	base := int(uintptr(unsafe.Pointer(unsafe.SliceData(m.raw))) / 4 % uintptr(m.page)) // mapping start within a page
 	// The pages that hold lo and hi, cut at the ends of the mapping, go
 	// back too when they lie inside the outer range.
@@ -52,69 +53,127 @@ func (m mapping) release(f []float32, lo, hi, olo, ohi int, c *PageCache) {
 	}
 	clear(f[lo:max(lo, plo)])
 	clear(f[min(hi, phi):hi])
-	if c != nil && m.recycle(plo, phi, c) {
-		return
-	}
-	if err := syscall.Madvise(m.raw[4*plo:4*phi], syscall.MADV_DONTNEED); err != nil {
-		clear(f[plo:phi]) // cannot happen on a private anonymous mapping; zero by hand
-	}
-}
-
-// addr is the address of element i.
-func (m mapping) addr(i int) uintptr {
-	return uintptr(unsafe.Pointer(unsafe.SliceData(m.raw))) + 4*uintptr(i)
-}
-
-// recycle moves the whole huge pages of [plo, phi), which lies on page
-// boundaries, into c while it has room, and maps [plo, phi) afresh:
-// zero, asking for huge pages again, and one mapping where each page
-// moved would otherwise leave a piece of its own (the kernel limits a
-// process's mappings). It reports false when it moved no page: the
-// caller then gives the range back itself.
-func (m mapping) recycle(plo, phi int, c *PageCache) bool {
-	if m.page != hugePage/4 {
-		return false
-	}
-	start, end := m.addr(plo), m.addr(phi)
-	moved := false
-	for a := alignUp(start, hugePage); a+hugePage <= end; a += hugePage {
-		if !c.put(a) {
-			break
+	// Park the whole huge pages of [plo, phi); give back the rest in runs.
+	from := plo
+	if p.cache != nil {
+		first := m.firstHuge()
+		for k := max(0, ceilDiv(plo-first, hugePage/4)); k < len(p.parked) && first+(k+1)*(hugePage/4) <= phi; k++ {
+			klo := first + k*(hugePage/4)
+			if p.parked[k] == 0 && !p.cache.park(p, k) {
+				break
+			}
+			m.drop(from, klo)
+			from = klo + hugePage/4
 		}
-		moved = true
 	}
-	if !moved {
-		return false
-	}
-	// end is a huge page boundary, or the end of the mapping (which the
-	// kernel rounded up to a whole page).
-	n := alignUp(end, uintptr(os.Getpagesize())) - start
-	if _, _, errno := syscall.Syscall6(syscall.SYS_MMAP, start, n, syscall.PROT_READ|syscall.PROT_WRITE, syscall.MAP_PRIVATE|syscall.MAP_ANON|syscall.MAP_FIXED, ^uintptr(0), 0); errno != 0 {
-		// The pages moved out read zero already; the caller gives back
-		// the rest.
-		c.disable()
-		return false
-	}
-	syscall.Madvise(m.raw[4*plo:4*phi], syscall.MADV_HUGEPAGE)
-	return true
+	m.drop(from, phi)
 }
 
-// acquire replaces the whole huge pages of [lo, hi) with pages from c
-// while it holds any, cleared unless overwrite.
-func (m mapping) acquire(f []float32, lo, hi int, c *PageCache, overwrite bool) {
-	if m.page != hugePage/4 {
+// drop gives elements [lo, hi), which lie on page boundaries or at the
+// ends of the mapping, back to the system: they read zero.
+func (m mapping) drop(lo, hi int) {
+	if lo >= hi {
 		return
 	}
-	base := m.addr(0)
-	for a := alignUp(m.addr(lo), hugePage); a+hugePage <= m.addr(hi); a += hugePage {
-		if !c.take(a) {
+	if err := syscall.Madvise(m.raw[4*lo:4*hi], syscall.MADV_DONTNEED); err != nil {
+		clear(unsafe.Slice((*float32)(unsafe.Pointer(&m.raw[4*lo])), hi-lo)) // cannot happen on a private anonymous mapping; zero by hand
+	}
+}
+
+// firstHuge is the element at which the mapping's first whole huge page
+// starts.
+func (m mapping) firstHuge() int {
+	a := uintptr(unsafe.Pointer(unsafe.SliceData(m.raw)))
+	return int(alignUp(a, hugePage)-a) / 4
+}
+
+// hugePages is how many whole, aligned huge pages a mapping of n
+// elements holds: the pages a cache parks (none without huge pages).
+func (m mapping) hugePages(n int) int {
+	if m.page != hugePage/4 || m.firstHuge() > n {
+		return 0
+	}
+	return (n - m.firstHuge()) / (hugePage / 4)
+}
+
+// hugeAddr is the address of whole huge page k.
+func (m mapping) hugeAddr(k int) uintptr {
+	return uintptr(unsafe.Pointer(unsafe.SliceData(m.raw))) + 4*uintptr(m.firstHuge()+k*(hugePage/4))
+}
+
+// dropHuge gives whole huge page k back to the system.
+func (m mapping) dropHuge(k int) {
+	lo := m.firstHuge() + k*(hugePage/4)
+	m.drop(lo, lo+hugePage/4)
+}
+
+// movePage moves the huge page at from to to, replacing the mapping
+// there and leaving from mapped and empty (MREMAP_DONTUNMAP, Linux 5.7):
+// no hole ever opens in a buffer for another mapping to land in.
+func movePage(from, to uintptr) error {
+	_, _, errno := syscall.Syscall6(syscall.SYS_MREMAP, from, hugePage, hugePage, mremapMayMove|mremapFixed|mremapDontUnmap, to, 0)
+	if errno != 0 {
+		return errno
+	}
+	return nil
+}
+
+// mremap(2) flags (linux/mman.h).
+const (
+	mremapMayMove   = 1
+	mremapFixed     = 2
+	mremapDontUnmap = 4
+)
+
+// acquire readies [lo, hi) to be written (see Pages.Acquire): its huge
+// pages parked in place are taken back into use, the other whole ones
+// are backed by parked pages moved here while the cache holds any, and
+// all of them are cleared unless overwrite — as are the parts of parked
+// pages outside [lo, hi), which belong to released ranges and must read
+// zero once the page is in use.
+func (m mapping) acquire(p *Pages, lo, hi int, overwrite bool) {
+	if len(p.parked) == 0 {
+		return
+	}
+	f, first, n := p.f32, m.firstHuge(), hugePage/4
+	klo := max(0, (lo-first)/n)
+	khi := min(len(p.parked), ceilDiv(hi-first, n))
+	p.taken = p.taken[:0]
+	for k := klo; k < khi; k++ { // in place first: a steal must not take them
+		if p.parked[k] == 0 {
+			continue
+		}
+		p.cache.unpark(p, k)
+		p.taken = append(p.taken, k)
+		s, e := first+k*n, first+(k+1)*n
+		clear(f[s:max(s, min(lo, e))])
+		clear(f[min(e, max(hi, s)):e])
+		if !overwrite {
+			clear(f[max(s, lo):min(e, hi)])
+		}
+	}
+	taken := p.taken
+	for k := max(klo, ceilDiv(lo-first, n)); k < khi && first+(k+1)*n <= hi; k++ {
+		for len(taken) > 0 && taken[0] < k {
+			taken = taken[1:]
+		}
+		if len(taken) > 0 && taken[0] == k {
+			continue // in use again where it was parked
+		}
+		if !p.cache.steal(p, k) {
 			return
 		}
 		if !overwrite {
-			i := int(a-base) / 4
-			clear(f[i : i+hugePage/4])
+			clear(f[first+k*n : first+(k+1)*n])
 		}
 	}
+}
+
+func ceilDiv(a, b int) int {
+	if a <= 0 {
+		return -((-a) / b)
+	}
+	return (a + b - 1) / b
 }
 
 func alignUp(a, to uintptr) uintptr { return (a + to - 1) &^ (to - 1) }

@@ -58,17 +58,16 @@ func TestPagesReleaseInResidency(t *testing.T) {
 	}
 }
 
-// TestPageCacheMovesPages: released whole huge pages go to the cache up
-// to its size (the rest back to the system), stay resident there and not
-// in the buffer, and an overwriting Acquire maps those very pages
-// elsewhere: they still hold the values released. Trimming gives them back.
-func TestPageCacheMovesPages(t *testing.T) {
+// TestPageCacheParksPages: released whole huge pages stay parked in place
+// up to the cache's room (the rest go back to the system), still
+// resident and holding their values; an acquire of the same range takes
+// them back where they are, an acquire elsewhere moves those very pages
+// there (they read zero where they were), a clearing acquire zeroes
+// them, and SetRoom(0) gives them back.
+func TestPageCacheParksPages(t *testing.T) {
 	huge := (2 << 20) / 4
 	n := 6*huge + 9
-	c, err := NewPageCache(2)
-	if err != nil {
-		t.Fatal(err)
-	}
+	c := NewPageCache(2)
 	defer c.Close()
 	src, err := NewPages(n)
 	if err != nil {
@@ -82,47 +81,72 @@ func TestPageCacheMovesPages(t *testing.T) {
 	defer dst.Close()
 	src.Recycle(c)
 	dst.Recycle(c)
+	count := func(f []float32, v float32) (k int) {
+		for _, x := range f {
+			if x == v {
+				k++
+			}
+		}
+		return k
+	}
+	// Neighbouring mappings may merge, and a huge page faulted in for one
+	// may cover the other's end: compare residency with slack below a page.
+	near := func(got, want int) bool { return got >= want && got < want+hugePage }
 	f := src.F32()
 	for i := range f {
 		f[i] = 5
 	}
 	src.Release(0, n)
-	if got := resident(t, src); got >= hugePage {
-		t.Errorf("released buffer: %d bytes resident, want none (but what a neighbour's huge page covers)", got)
-	}
 	if got := c.Held(); got != 2*hugePage {
 		t.Fatalf("cache holds %d bytes, want its 2 pages (%d)", got, 2*hugePage)
 	}
-	// Neighbouring mappings may merge, and a huge page faulted in for one
-	// may cover the other's end: count what Acquire adds.
-	before := resident(t, dst)
-	dst.Acquire(0, n, true)
+	if got := resident(t, src); !near(got, 2*hugePage) {
+		t.Errorf("released buffer: %d bytes resident, want the 2 parked pages", got)
+	}
+	if got := count(f, 5); got != 2*huge {
+		t.Errorf("released buffer holds %d fives, want the 2 parked pages' %d", got, 2*huge)
+	}
+	src.Acquire(0, n, true) // in place
 	if got := c.Held(); got != 0 {
 		t.Errorf("cache holds %d bytes after Acquire, want none", got)
 	}
+	if got := count(f, 5); got != 2*huge {
+		t.Errorf("acquired in place: %d fives, want the parked pages' %d", got, 2*huge)
+	}
+	src.Release(0, n)
+	before := resident(t, dst)
+	dst.Acquire(0, n, true) // moved here
+	if got := c.Held(); got != 0 {
+		t.Errorf("cache holds %d bytes after stealing, want none", got)
+	}
 	if got := resident(t, dst) - before; got != 2*hugePage {
-		t.Errorf("Acquire made %d bytes resident, want the 2 cached pages", got)
+		t.Errorf("Acquire made %d bytes resident, want the 2 parked pages", got)
 	}
-	fives := 0
-	for _, v := range dst.F32() {
-		if v == 5 {
-			fives++
-		}
+	if got := count(dst.F32(), 5); got != 2*huge {
+		t.Errorf("acquired buffer holds %d of the released values, want the 2 pages' %d", got, 2*huge)
 	}
-	if fives != 2*huge {
-		t.Errorf("acquired buffer holds %d of the released values, want the 2 pages' %d", fives, 2*huge)
+	if got := resident(t, src); got >= hugePage { // before reading src maps the zero page
+		t.Errorf("the pages moved away: %d bytes still resident", got)
+	}
+	if got := count(f, 0); got != n {
+		t.Errorf("the pages moved away: %d of %d elements read zero", got, n)
 	}
 	dst.Release(0, n)
-	if c.Held() != 2*hugePage {
-		t.Fatalf("cache holds %d bytes, want 2 pages", c.Held())
+	dst.Acquire(0, n, false) // cleared
+	if got := count(dst.F32(), 0); got != n {
+		t.Errorf("cleared acquire: %d of %d elements read zero", got, n)
 	}
-	c.s.trim() // what a failed move does (disable)
+	dst.Release(0, n)
+	c.SetRoom(0)
 	if got := c.Held(); got != 0 {
-		t.Errorf("cache holds %d bytes after trimming", got)
+		t.Errorf("cache holds %d bytes after SetRoom(0)", got)
 	}
-	before = resident(t, dst)
-	dst.Acquire(0, n, true)
-	if got := resident(t, dst) - before; got != 0 {
-		t.Errorf("Acquire from a trimmed cache made %d bytes resident, want none", got)
+	if got := count(dst.F32(), 0); got != n {
+		t.Errorf("given back: %d of %d elements read zero", got, n)
+	}
+	before = resident(t, src)
+	src.Acquire(0, n, true)
+	if got := resident(t, src) - before; got != 0 {
+		t.Errorf("Acquire from an empty cache made %d bytes resident, want none", got)
 	}
 }

@@ -2,22 +2,23 @@
 
 package zcore
 
+import "errors"
+
 type mapping struct{}
 
 func mapF32(n int) ([]float32, mapping, error) { return make([]float32, n), mapping{}, nil }
 
-func (mapping) release(f []float32, lo, hi, _, _ int, _ *PageCache) { clear(f[lo:hi]) }
+func (mapping) release(p *Pages, lo, hi, _, _ int) { clear(p.f32[lo:hi]) }
 
-func (mapping) acquire([]float32, int, int, *PageCache, bool) {}
+func (mapping) acquire(*Pages, int, int, bool) {}
 
-// stash holds no pages off Linux: Pages release by clearing.
-type stash struct{ held []struct{} }
+// Off Linux a mapping has no huge pages to park: Pages release by
+// clearing, and a PageCache never holds a page.
+func (mapping) firstHuge() int       { return 0 }
+func (mapping) hugePages(int) int    { return 0 }
+func (mapping) hugeAddr(int) uintptr { return 0 }
+func (mapping) dropHuge(int)         {}
 
-func newStash(int) (stash, error) { return stash{}, nil }
-func (*stash) put(uintptr) bool   { return false }
-func (*stash) take(uintptr) bool  { return false }
-func (*stash) disable()           {}
-func (*stash) setRoom(int)        {}
-func (*stash) close()             {}
+func movePage(uintptr, uintptr) error { return errors.ErrUnsupported }
 
 func (mapping) unmap() {}
