@@ -76,11 +76,15 @@ func (c *PageCache) SetRoom(n int) {
 // Close gives every parked page back to the system.
 func (c *PageCache) Close() { c.SetRoom(0) }
 
-// park parks page k of p, giving the oldest parked page back to make
-// room when the cache is full; false: it has no room at all.
+// park parks page k of p (if it is not parked already), giving the
+// oldest parked page back to make room when the cache is full; false: it
+// has no room at all.
 func (c *PageCache) park(p *Pages, k int) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if p.parked[k] != 0 {
+		return true
+	}
 	if c.room == 0 {
 		return false
 	}
@@ -97,18 +101,21 @@ func (c *PageCache) park(p *Pages, k int) bool {
 	return true
 }
 
-// unpark takes page k of p, parked, back into use where it is.
-func (c *PageCache) unpark(p *Pages, k int) {
+// unpark takes page k of p back into use where it is, if it is parked,
+// and reports whether it was.
+func (c *PageCache) unpark(p *Pages, k int) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if p.parked[k] != 0 {
-		p.parked[k] = 0
-		c.n--
-		c.compact()
+	if p.parked[k] == 0 {
+		return false
 	}
+	p.parked[k] = 0
+	c.n--
+	c.compact()
+	return true
 }
 
-// steal moves the oldest parked page to page k of p, which must not be
+// steal moves the oldest parked page to page k of p, which is not
 // parked; false: none is parked, or moves fail.
 func (c *PageCache) steal(p *Pages, k int) bool {
 	c.mu.Lock()

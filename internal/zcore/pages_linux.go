@@ -59,7 +59,7 @@ func (m mapping) release(p *Pages, lo, hi, olo, ohi int) {
 		first := m.firstHuge()
 		for k := max(0, ceilDiv(plo-first, hugePage/4)); k < len(p.parked) && first+(k+1)*(hugePage/4) <= phi; k++ {
 			klo := first + k*(hugePage/4)
-			if p.parked[k] == 0 && !p.cache.park(p, k) {
+			if !p.cache.park(p, k) {
 				break
 			}
 			m.drop(from, klo)
@@ -140,10 +140,9 @@ func (m mapping) acquire(p *Pages, lo, hi int, overwrite bool) {
 	khi := min(len(p.parked), ceilDiv(hi-first, n))
 	p.taken = p.taken[:0]
 	for k := klo; k < khi; k++ { // in place first: a steal must not take them
-		if p.parked[k] == 0 {
+		if !p.cache.unpark(p, k) {
 			continue
 		}
-		p.cache.unpark(p, k)
 		p.taken = append(p.taken, k)
 		s, e := first+k*n, first+(k+1)*n
 		clear(f[s:max(s, min(lo, e))])
