@@ -37,10 +37,12 @@
 // stage3_max_reuse_distance elements. Parameters of at most
 // stage3_param_persistence_threshold elements (in total at most
 // stage3_model_persistence_threshold) stay gathered for the whole run and
-// are all-gathered again after each step. The pages released from the
-// parameter and gradient buffers go to a page cache the size of the
-// largest group (zcore.PageCache) and back the next group gathered or
-// the next unit's gradients, instead of being faulted in afresh.
+// are all-gathered again after each step. The huge pages released from
+// the parameter and gradient buffers stay parked where they are in a page
+// cache (zcore.PageCache) and back the same group or unit in the next
+// step, or are moved to another, instead of being faulted in afresh; the
+// cache holds at most what the two buffers ever had live at once less
+// what they have live now, so it never raises their peak.
 //
 // Prefetch. The first pass (forward and backward of one micro-step)
 // records the order in which the groups are needed; once every rank has
@@ -57,7 +59,8 @@
 // unit's gradients are complete (its AfterBackward and those of the units
 // that borrow it), they are packed rank by rank, each parameter's share
 // zero-padded to its partition size (reduce_scatter_coalesced), divided
-// by N and reduce-scattered; each rank adds its share to its gradient
+// by N and reduce-scattered (the division inside the reduction,
+// comm.PreAvg, where the bits allow); each rank adds its share to its gradient
 // partitions. With overlap_comm the reduce-scatter runs while backward
 // continues.
 //
