@@ -44,6 +44,7 @@ func TestRecycledPages(t *testing.T) {
 				if s.pages.Held() == 0 {
 					return fmt.Errorf("step %d, micro-step %d: the page cache holds nothing after backward", step+1, m+1)
 				}
+
 			}
 			if err := checkGradPartitions(s, c.Rank(), micro); err != nil {
 				return fmt.Errorf("step %d: %w", step+1, err)
@@ -62,9 +63,17 @@ func TestRecycledPages(t *testing.T) {
 // overwritingPass is the normal pass of a model that writes 1 to each
 // gradient element the first time its backward reaches it when
 // overwrite, and adds 1 otherwise (unit a gets 2: c borrows it).
+//
+// While a unit's gradients are written it also checks that the page cache
+// keeps no more than the buffers' peak of live elements less what is live.
 func overwritingPass(s *Strategy, want []float32, overwrite bool) error {
 	written := make([]bool, len(s.l.Units))
-	return passWriting(s, normal, want, func(u int, g []float32) {
+	var over error
+	err := passWriting(s, normal, want, func(u int, g []float32) {
+		room := int64((s.peakLive-s.f.live-s.r.live)/zcore.HugePageElems) * 4 * zcore.HugePageElems
+		if held := s.pages.Held(); held > room && over == nil {
+			over = fmt.Errorf("unit %d's backward: the page cache holds %d bytes, beyond its room of %d", u, held, room)
+		}
 		for i := range g {
 			if overwrite && !written[u] {
 				g[i] = 1
@@ -74,6 +83,10 @@ func overwritingPass(s *Strategy, want []float32, overwrite bool) error {
 		}
 		written[u] = true
 	})
+	if err != nil {
+		return err
+	}
+	return over
 }
 
 // checkGradPartitions: after micro passes, each averaged gradient element
