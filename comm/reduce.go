@@ -81,10 +81,7 @@ func reduceF32(dsts, srcs []Buffer, op Op) {
 		hi := min(lo+reduceBlock, n)
 		a := acc[:hi-lo]
 		if op == PreAvg {
-			quotient(a, srcs[0].f32[lo:hi], div)
-			for _, s := range srcs[1:] {
-				addQuotient(a, s.f32[lo:hi], div)
-			}
+			preAvgBlock(a, srcs, lo, hi, div)
 			for _, d := range dsts {
 				copy(d.f32[lo:hi], a)
 			}
@@ -203,7 +200,70 @@ func divide(a []float32, d float32) {
 	}
 }
 
-// quotient is a = x / d, element-wise, with divide's arithmetic.
+// preAvgBlock is a = x_0/d + x_1/d + … over srcs[k][lo:hi], in order.
+// For a power of two d each quotient is x·(1/d), exactly, and two
+// sources share a pass over a: (a + x/d) + y/d keeps the order and halves
+// the loads and stores of a.
+func preAvgBlock(a []float32, srcs []Buffer, lo, hi int, d float32) {
+	if !isPow2(d) {
+		quotient(a, srcs[0].f32[lo:hi], d)
+		for _, s := range srcs[1:] {
+			addQuotient(a, s.f32[lo:hi], d)
+		}
+		return
+	}
+	inv := 1 / d
+	rest := srcs[1:]
+	if len(rest) > 0 {
+		scaled2(a, srcs[0].f32[lo:hi], rest[0].f32[lo:hi], inv)
+		rest = rest[1:]
+	} else {
+		quotient(a, srcs[0].f32[lo:hi], d)
+	}
+	for ; len(rest) >= 2; rest = rest[2:] {
+		addScaled2(a, rest[0].f32[lo:hi], rest[1].f32[lo:hi], inv)
+	}
+	if len(rest) == 1 {
+		addQuotient(a, rest[0].f32[lo:hi], d)
+	}
+}
+
+// scaled2 is a = x·m + y·m, element-wise.
+func scaled2(a, x, y []float32, m float32) {
+	x, y = x[:len(a)], y[:len(a)]
+	i := 0
+	for ; i+4 <= len(a); i += 4 {
+		aa, xx, yy := a[i:i+4:i+4], x[i:i+4:i+4], y[i:i+4:i+4]
+		aa[0] = float32(xx[0]*m) + float32(yy[0]*m)
+		aa[1] = float32(xx[1]*m) + float32(yy[1]*m)
+		aa[2] = float32(xx[2]*m) + float32(yy[2]*m)
+		aa[3] = float32(xx[3]*m) + float32(yy[3]*m)
+	}
+	for ; i < len(a); i++ {
+		a[i] = float32(x[i]*m) + float32(y[i]*m)
+	}
+}
+
+// addScaled2 is a = (a + x·m) + y·m, element-wise.
+func addScaled2(a, x, y []float32, m float32) {
+	x, y = x[:len(a)], y[:len(a)]
+	i := 0
+	for ; i+4 <= len(a); i += 4 {
+		aa, xx, yy := a[i:i+4:i+4], x[i:i+4:i+4], y[i:i+4:i+4]
+		aa[0] = aa[0] + float32(xx[0]*m) + float32(yy[0]*m)
+		aa[1] = aa[1] + float32(xx[1]*m) + float32(yy[1]*m)
+		aa[2] = aa[2] + float32(xx[2]*m) + float32(yy[2]*m)
+		aa[3] = aa[3] + float32(xx[3]*m) + float32(yy[3]*m)
+	}
+	for ; i < len(a); i++ {
+		a[i] = a[i] + float32(x[i]*m) + float32(y[i]*m)
+	}
+}
+
+// quotient is a = x / d, element-wise, with divide's arithmetic. The
+// conversions in these kernels round each product on its own: Go may
+// otherwise fuse a multiply and an add (arm64's FMA), which rounds once
+// and differs from x/d + y/d where a product underflows.
 func quotient(a, x []float32, d float32) {
 	x = x[:len(a)]
 	if !isPow2(d) {
@@ -216,13 +276,13 @@ func quotient(a, x []float32, d float32) {
 	i := 0
 	for ; i+4 <= len(a); i += 4 {
 		aa, xx := a[i:i+4:i+4], x[i:i+4:i+4]
-		aa[0] = xx[0] * inv
-		aa[1] = xx[1] * inv
-		aa[2] = xx[2] * inv
-		aa[3] = xx[3] * inv
+		aa[0] = float32(xx[0] * inv)
+		aa[1] = float32(xx[1] * inv)
+		aa[2] = float32(xx[2] * inv)
+		aa[3] = float32(xx[3] * inv)
 	}
 	for ; i < len(a); i++ {
-		a[i] = x[i] * inv
+		a[i] = float32(x[i] * inv)
 	}
 }
 
@@ -239,13 +299,13 @@ func addQuotient(a, x []float32, d float32) {
 	i := 0
 	for ; i+4 <= len(a); i += 4 {
 		aa, xx := a[i:i+4:i+4], x[i:i+4:i+4]
-		aa[0] += xx[0] * inv
-		aa[1] += xx[1] * inv
-		aa[2] += xx[2] * inv
-		aa[3] += xx[3] * inv
+		aa[0] += float32(xx[0] * inv)
+		aa[1] += float32(xx[1] * inv)
+		aa[2] += float32(xx[2] * inv)
+		aa[3] += float32(xx[3] * inv)
 	}
 	for ; i < len(a); i++ {
-		a[i] += x[i] * inv
+		a[i] += float32(x[i] * inv)
 	}
 }
 

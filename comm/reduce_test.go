@@ -251,8 +251,12 @@ func TestNominalTraffic(t *testing.T) {
 // n sources reduced in place into all n (dsts = srcs), 4 MiB each. SetBytes
 // counts what the kernel reads and writes.
 func BenchmarkReduce(b *testing.B) {
-	for _, n := range []int{2, 4} {
-		b.Run(fmt.Sprintf("fp32/srcs=%d", n), func(b *testing.B) {
+	for _, tc := range []struct {
+		op comm.Op
+		n  int
+	}{{comm.Avg, 2}, {comm.Avg, 4}, {comm.PreAvg, 2}, {comm.PreAvg, 4}} {
+		op, n := tc.op, tc.n
+		b.Run(fmt.Sprintf("fp32/%v/srcs=%d", op, n), func(b *testing.B) {
 			bufs := make([]comm.Buffer, n)
 			for k := range bufs {
 				x := make([]float32, 1<<20)
@@ -263,7 +267,7 @@ func BenchmarkReduce(b *testing.B) {
 			}
 			b.SetBytes(2 * int64(n) * bufs[0].Bytes())
 			for b.Loop() {
-				comm.Reduce(bufs, bufs, comm.Avg)
+				comm.Reduce(bufs, bufs, op) // every element stays 1
 			}
 		})
 	}
