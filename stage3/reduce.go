@@ -31,6 +31,7 @@ type rsFlight struct {
 	u      int
 	hs     []comm.Handle
 	staged []staged
+	direct bool // the reductions wrote the gradient partitions themselves
 }
 
 func (r *reducer) init(s *Strategy) {
@@ -105,7 +106,10 @@ func (r *reducer) complete(v int) error {
 
 // issue averages unit v's gradients and starts their reduce-scatter,
 // parameter by parameter: each parameter's share of each rank, padded to
-// the partition size, as reduce_scatter_coalesced lays them out.
+// the partition size, as reduce_scatter_coalesced lays them out. In a
+// step's first micro-step, when the sum is the final value (fp32, no
+// factor after it), it lands straight in the rank's gradient partitions:
+// the copy landOldest would make is the same bits.
 func (r *reducer) issue(v int) error {
 	s := r.s
 	un := &s.l.Units[v]
@@ -115,6 +119,8 @@ func (r *reducer) issue(v int) error {
 		fl.hs, fl.staged = r.spare[k-1].hs, r.spare[k-1].staged
 		r.spare = r.spare[:k-1]
 	}
+	pf := s.c.PredivideFactor
+	fl.direct = s.world > 1 && r.ug.Backwards == 0 && s.o.Average.Final() && (pf == 0 || pf == 1 || pf == float64(s.world))
 	r.inflight = append(r.inflight, fl)
 	f := &r.inflight[len(r.inflight)-1]
 	for i := un.First; i <= un.Last; i++ {
@@ -140,7 +146,11 @@ func (r *reducer) issue(v int) error {
 		if s.world > 1 {
 			// In communication_data_type: 16-bit values packed in place.
 			wire := s.o.Average.Wire(in)
-			f.hs = append(f.hs, s.o.Comm.ReduceScatter(s.o.Ctx, wire.Slice(s.rank*ps, (s.rank+1)*ps), wire, op))
+			out := wire.Slice(s.rank*ps, (s.rank+1)*ps)
+			if f.direct {
+				out = comm.F32(s.grad[s.lay.Offsets[i] : s.lay.Offsets[i]+ps])
+			}
+			f.hs = append(f.hs, s.o.Comm.ReduceScatter(s.o.Ctx, out, wire, op))
 		}
 	}
 	return nil
@@ -178,6 +188,13 @@ func (r *reducer) landOldest() error {
 	k := 0
 	for i := un.First; i <= un.Last; i++ {
 		sp, ps := &s.l.Specs[i], s.lay.PartitionSizes[i]
+		acc := s.grad[s.lay.Offsets[i] : s.lay.Offsets[i]+ps]
+		if fl.direct { // reduced into acc
+			if s.accum != nil {
+				s.accum(acc)
+			}
+			continue
+		}
 		src := g[sp.Offset : sp.Offset+sp.Numel]
 		if k < len(fl.staged) && fl.staged[k].param == i {
 			src = fl.staged[k].staging
@@ -191,7 +208,6 @@ func (r *reducer) landOldest() error {
 		if pf := s.c.PredivideFactor; pf != 0 && pf != 1 && pf != float64(s.world) {
 			s.o.Pool.Scale(mine, float32(pf))
 		}
-		acc := s.grad[s.lay.Offsets[i] : s.lay.Offsets[i]+ps]
 		if r.ug.Backwards == 0 {
 			copy(acc, mine) // the step's first micro-step
 		} else {

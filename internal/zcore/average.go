@@ -125,6 +125,14 @@ func (a Averaging) After(p *optim.Pool, x []float32) {
 	round(a.bucket, x)
 }
 
+// Final reports whether the sum is the rule's result as it is: fp32 on
+// the wire and in the bucket, and nothing after the sum (After and
+// Unwire do nothing). A stage may then have the sum written straight
+// into its destination.
+func (a Averaging) Final() bool {
+	return a.post == 0 && a.bucket == nil && a.comm == device.F32
+}
+
 // Wire is x, which Before has prepared, as the buffer the sum runs on:
 // x itself in fp32; in 16 bits its values packed into x's own memory
 // (half.PackBF16), which then holds no float32 values until Unwire.
