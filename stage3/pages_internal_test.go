@@ -44,7 +44,6 @@ func TestRecycledPages(t *testing.T) {
 				if s.pages.Held() == 0 {
 					return fmt.Errorf("step %d, micro-step %d: the page cache holds nothing after backward", step+1, m+1)
 				}
-
 			}
 			if err := checkGradPartitions(s, c.Rank(), micro); err != nil {
 				return fmt.Errorf("step %d: %w", step+1, err)
@@ -70,7 +69,7 @@ func overwritingPass(s *Strategy, want []float32, overwrite bool) error {
 	written := make([]bool, len(s.l.Units))
 	var over error
 	err := passWriting(s, normal, want, func(u int, g []float32) {
-		room := int64((s.peakLive-s.f.live-s.r.live)/zcore.HugePageElems) * 4 * zcore.HugePageElems
+		room := int64((s.peakLive-s.f.live-s.r.ug.LiveNumel())/zcore.HugePageElems) * 4 * zcore.HugePageElems
 		if held := s.pages.Held(); held > room && over == nil {
 			over = fmt.Errorf("unit %d's backward: the page cache holds %d bytes, beyond its room of %d", u, held, room)
 		}

@@ -17,7 +17,6 @@ type reducer struct {
 	s  *Strategy
 	ug *zcore.UnitGrads // which units' gradients are live, and complete
 
-	live     int        // elements of the units whose gradients are live
 	inflight []rsFlight // reduce-scatters issued, oldest first
 	spare    []rsFlight // landed flights whose slices are reused
 	fresh    []int      // before's scratch
@@ -62,7 +61,6 @@ func (r *reducer) before(u int) error {
 	for _, v := range r.fresh {
 		un := &s.l.Units[v]
 		s.grads.Acquire(un.Offset, un.Offset+un.Numel, overwrite)
-		r.live += un.Numel
 	}
 	s.fitCache()
 	return nil
@@ -236,10 +234,9 @@ func (r *reducer) recycle(fl rsFlight) {
 	for v := fl.u + 1; v < len(s.l.Units) && !r.ug.Live(v); v++ {
 		ohi = s.l.Units[v].Offset + s.l.Units[v].Numel
 	}
-	r.live -= un.Numel
+	r.ug.Release(fl.u)
 	s.fitCache() // room for the pages released next
 	s.grads.ReleaseIn(un.Offset, un.Offset+un.Numel, olo, ohi)
-	r.ug.Release(fl.u)
 	for _, st := range fl.staged {
 		s.f.putStaging(st.staging)
 	}

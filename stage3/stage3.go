@@ -667,7 +667,7 @@ func (s *Strategy) fitCache() {
 	if s.pages == nil {
 		return // closed, or not made yet
 	}
-	live := s.f.live + s.r.live
+	live := s.f.live + s.r.ug.LiveNumel()
 	s.peakLive = max(s.peakLive, live)
 	s.pages.SetRoom((s.peakLive - live) / zcore.HugePageElems)
 }

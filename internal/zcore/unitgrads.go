@@ -21,6 +21,7 @@ type UnitGrads struct {
 	borrowers [][]int // borrowers[v]: the units whose backward also writes v's gradients
 	waiting   []int   // per unit: AfterBackward calls to come before its gradients are complete
 	live      []bool  // the unit's gradients are accounted (mem.Comm)
+	liveNumel int     // the elements of the live units
 	complete  int     // units complete in this backward pass
 
 	InBackward bool
@@ -75,6 +76,7 @@ func (g *UnitGrads) touch(v int) error {
 		return fmt.Errorf("%s: gradients of unit %q: %w", g.who, g.units[v].Name, err)
 	}
 	g.live[v] = true
+	g.liveNumel += g.units[v].Numel
 	return nil
 }
 
@@ -118,11 +120,15 @@ func (g *UnitGrads) EndPass() {
 // BeforeBackward that makes them so until Release.
 func (g *UnitGrads) Live(v int) bool { return g.live[v] }
 
+// LiveNumel is the elements of the units whose gradients are live.
+func (g *UnitGrads) LiveNumel() int { return g.liveNumel }
+
 // Release returns unit v's live gradients to the accountant.
 func (g *UnitGrads) Release(v int) {
 	if g.live[v] {
 		g.acct.Release(mem.Comm, mem.Device, 4*int64(g.units[v].Numel))
 		g.live[v] = false
+		g.liveNumel -= g.units[v].Numel
 	}
 }
 

@@ -29,7 +29,14 @@ func TestUnitGradsTiedHead(t *testing.T) {
 	g := NewUnitGrads("stage 2", acct, tiedUnits())
 	var completed []int
 	complete := func(v int) error { completed = append(completed, v); return nil }
-	live := func() int64 { return acct.Snapshot().LiveBytes(mem.Device, mem.Comm) }
+	// The accountant's Comm bytes and LiveNumel must agree throughout.
+	live := func() int64 {
+		b := acct.Snapshot().LiveBytes(mem.Device, mem.Comm)
+		if n := g.LiveNumel(); 4*int64(n) != b {
+			t.Errorf("LiveNumel %d, but %d bytes accounted", n, b)
+		}
+		return b
+	}
 
 	var lives []int64
 	var alls []bool
