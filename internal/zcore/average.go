@@ -42,15 +42,14 @@ type Averaging struct {
 	div   float32 // divide before the sum; 0: none
 	post  float32 // multiply after the sum; 0: none
 
-	bucket   func([]float32) // rounding to the bucket's dtype; nil: fp32
-	bucketDT device.DType    // the bucket's dtype
-	comm     device.DType    // the dtype of the sum (communication_data_type)
+	bucket device.DType // the dtype the bucket is held in
+	comm   device.DType // the dtype of the sum (communication_data_type)
 }
 
 // In returns the rule with the bucket held in dtype bucket and summed in
 // dtype comm (both device.F32 by default).
 func (a Averaging) In(bucket, comm device.DType) Averaging {
-	a.bucket, a.bucketDT, a.comm = Rounding(bucket), bucket, comm
+	a.bucket, a.comm = bucket, comm
 	return a
 }
 
@@ -97,14 +96,15 @@ func ZeroAveraging(world int) Averaging {
 // pass over the gradients fewer. Hybrid sharding, which divides by the
 // whole world before a sum within a group, divides here.
 func (a Averaging) Before(p *optim.Pool, x []float32, size int) comm.Op {
-	round(a.bucket, x)
-	if a.div != 0 && a.div == float32(size) && a.pre == 0 && a.bucketDT == a.comm {
+	toBucket := Rounding(a.bucket)
+	round(toBucket, x)
+	if a.div != 0 && a.div == float32(size) && a.pre == 0 && a.bucket == a.comm {
 		return comm.PreAvg
 	}
 	toComm := Rounding(a.comm)
 	if a.div != 0 {
 		p.Divide(x, a.div)
-		round(a.bucket, x)
+		round(toBucket, x)
 	}
 	round(toComm, x)
 	if a.pre != 0 {
@@ -122,7 +122,7 @@ func (a Averaging) After(p *optim.Pool, x []float32) {
 		p.Scale(x, a.post)
 		round(Rounding(a.comm), x)
 	}
-	round(a.bucket, x)
+	round(Rounding(a.bucket), x)
 }
 
 // Final reports whether the sum is the rule's result as it is: fp32 on
@@ -130,7 +130,7 @@ func (a Averaging) After(p *optim.Pool, x []float32) {
 // Unwire do nothing). A stage may then have the sum written straight
 // into its destination.
 func (a Averaging) Final() bool {
-	return a.post == 0 && a.bucket == nil && a.comm == device.F32
+	return a.post == 0 && a.bucket == device.F32 && a.comm == device.F32
 }
 
 // Wire is x, which Before has prepared, as the buffer the sum runs on:
