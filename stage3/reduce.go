@@ -117,8 +117,7 @@ func (r *reducer) issue(v int) error {
 		fl.hs, fl.staged = r.spare[k-1].hs, r.spare[k-1].staged
 		r.spare = r.spare[:k-1]
 	}
-	pf := s.c.PredivideFactor
-	fl.direct = s.world > 1 && r.ug.Backwards == 0 && s.o.Average.Final() && (pf == 0 || pf == 1 || pf == float64(s.world))
+	fl.direct = s.world > 1 && r.ug.Backwards == 0 && s.o.Average.Final() && r.postScale() == 0
 	r.inflight = append(r.inflight, fl)
 	f := &r.inflight[len(r.inflight)-1]
 	for i := un.First; i <= un.Last; i++ {
@@ -203,8 +202,8 @@ func (r *reducer) landOldest() error {
 		}
 		mine := src[s.rank*ps : (s.rank+1)*ps]
 		s.o.Average.After(s.o.Pool, mine)
-		if pf := s.c.PredivideFactor; pf != 0 && pf != 1 && pf != float64(s.world) {
-			s.o.Pool.Scale(mine, float32(pf))
+		if m := r.postScale(); m != 0 {
+			s.o.Pool.Scale(mine, m)
 		}
 		if r.ug.Backwards == 0 {
 			copy(acc, mine) // the step's first micro-step
@@ -218,6 +217,16 @@ func (r *reducer) landOldest() error {
 		}
 	}
 	return nil
+}
+
+// postScale is the factor gradient_predivide_factor multiplies the
+// reduced gradients by (DeepSpeed's postscale: the factor itself, unless
+// it is 1 or the world size); 0: none.
+func (r *reducer) postScale() float32 {
+	if pf := r.s.c.PredivideFactor; pf != 0 && pf != 1 && pf != float64(r.s.world) {
+		return float32(pf)
+	}
+	return 0
 }
 
 // recycle releases a landed unit's gradients and keeps the flight's slices.
