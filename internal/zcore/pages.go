@@ -53,9 +53,9 @@ func NewPages(n int) (*Pages, error) {
 // F32 is the buffer. It must not be used after Close.
 func (p *Pages) F32() []float32 { return p.f32 }
 
-// Release zeroes elements [lo, hi): the pages that lie wholly inside the
-// range are given back (or parked, see Recycle), the partial pages at its
-// ends are cleared.
+// Release hands elements [lo, hi) back: the pages that lie wholly inside
+// the range are given back to the system, where they read zero (or
+// parked, see Recycle), the partial pages at its ends are cleared.
 func (p *Pages) Release(lo, hi int) {
 	p.ReleaseIn(lo, hi, lo, hi)
 }

@@ -26,14 +26,15 @@ func mapF32(n int) ([]float32, mapping, error) {
 	if len(raw) >= hugePage && syscall.Madvise(raw, syscall.MADV_HUGEPAGE) == nil {
 		// Released ranges are then cut at huge page boundaries, so that
 		// no huge page is split into small ones.
-		m.page = hugePage / 4
+		m.page = HugePageElems
 	}
 	return unsafe.Slice((*float32)(unsafe.Pointer(unsafe.SliceData(raw))), n), m, nil
 }
 
 // release zeroes [lo, hi) and gives back the whole pages of [olo, ohi)
-// that overlap it (the rest of [olo, ohi) reads zero already): parked in
-// p's cache while it has room, else to the system.
+// that overlap it (the rest of [olo, ohi) is released already): whole
+// huge pages parked in p's cache while it has room, the rest to the
+// system.
 func (m mapping) release(p *Pages, lo, hi, olo, ohi int) {
 	f := p.f32
 	base := int(uintptr(unsafe.Pointer(unsafe.SliceData(m.raw))) / 4 % uintptr(m.page)) // mapping start within a page
@@ -56,14 +57,10 @@ func (m mapping) release(p *Pages, lo, hi, olo, ohi int) {
 	// Park the whole huge pages of [plo, phi); give back the rest in runs.
 	from := plo
 	if p.cache != nil {
-		first := m.firstHuge()
-		for k := max(0, ceilDiv(plo-first, hugePage/4)); k < len(p.parked) && first+(k+1)*(hugePage/4) <= phi; k++ {
-			klo := first + k*(hugePage/4)
-			if !p.cache.park(p, k) {
-				break
-			}
-			m.drop(from, klo)
-			from = klo + hugePage/4
+		klo, khi := m.hugeInside(plo, phi, len(p.parked))
+		for k := klo; k < khi && p.cache.park(p, k); k++ {
+			m.drop(from, m.hugeLo(k))
+			from = m.hugeLo(k + 1)
 		}
 	}
 	m.drop(from, phi)
@@ -90,22 +87,36 @@ func (m mapping) firstHuge() int {
 // hugePages is how many whole, aligned huge pages a mapping of n
 // elements holds: the pages a cache parks (none without huge pages).
 func (m mapping) hugePages(n int) int {
-	if m.page != hugePage/4 || m.firstHuge() > n {
+	if m.page != HugePageElems || m.firstHuge() > n {
 		return 0
 	}
-	return (n - m.firstHuge()) / (hugePage / 4)
+	return (n - m.firstHuge()) / HugePageElems
+}
+
+// hugeLo is the first element of whole huge page k.
+func (m mapping) hugeLo(k int) int { return m.firstHuge() + k*HugePageElems }
+
+// hugeInside is the whole huge pages [klo, khi) of the first n that lie
+// inside elements [lo, hi).
+func (m mapping) hugeInside(lo, hi, n int) (klo, khi int) {
+	first := m.firstHuge()
+	return max(0, ceilDiv(lo-first, HugePageElems)), min(n, (hi-first)/HugePageElems)
+}
+
+// hugeOverlapping is the whole huge pages [klo, khi) of the first n that
+// overlap elements [lo, hi).
+func (m mapping) hugeOverlapping(lo, hi, n int) (klo, khi int) {
+	first := m.firstHuge()
+	return max(0, (lo-first)/HugePageElems), min(n, ceilDiv(hi-first, HugePageElems))
 }
 
 // hugeAddr is the address of whole huge page k.
 func (m mapping) hugeAddr(k int) uintptr {
-	return uintptr(unsafe.Pointer(unsafe.SliceData(m.raw))) + 4*uintptr(m.firstHuge()+k*(hugePage/4))
+	return uintptr(unsafe.Pointer(unsafe.SliceData(m.raw))) + 4*uintptr(m.hugeLo(k))
 }
 
 // dropHuge gives whole huge page k back to the system.
-func (m mapping) dropHuge(k int) {
-	lo := m.firstHuge() + k*(hugePage/4)
-	m.drop(lo, lo+hugePage/4)
-}
+func (m mapping) dropHuge(k int) { m.drop(m.hugeLo(k), m.hugeLo(k+1)) }
 
 // movePage moves the huge page at from to to, replacing the mapping
 // there and leaving from mapped and empty (MREMAP_DONTUNMAP, Linux 5.7):
@@ -135,16 +146,15 @@ func (m mapping) acquire(p *Pages, lo, hi int, overwrite bool) {
 	if len(p.parked) == 0 {
 		return
 	}
-	f, first, n := p.f32, m.firstHuge(), hugePage/4
-	klo := max(0, (lo-first)/n)
-	khi := min(len(p.parked), ceilDiv(hi-first, n))
+	f := p.f32
 	p.taken = p.taken[:0]
+	klo, khi := m.hugeOverlapping(lo, hi, len(p.parked))
 	for k := klo; k < khi; k++ { // in place first: a steal must not take them
 		if !p.cache.unpark(p, k) {
 			continue
 		}
 		p.taken = append(p.taken, k)
-		s, e := first+k*n, first+(k+1)*n
+		s, e := m.hugeLo(k), m.hugeLo(k+1)
 		clear(f[s:max(s, min(lo, e))])
 		clear(f[min(e, max(hi, s)):e])
 		if !overwrite {
@@ -152,7 +162,8 @@ func (m mapping) acquire(p *Pages, lo, hi int, overwrite bool) {
 		}
 	}
 	taken := p.taken
-	for k := max(klo, ceilDiv(lo-first, n)); k < khi && first+(k+1)*n <= hi; k++ {
+	klo, khi = m.hugeInside(lo, hi, len(p.parked))
+	for k := klo; k < khi; k++ {
 		for len(taken) > 0 && taken[0] < k {
 			taken = taken[1:]
 		}
@@ -163,7 +174,7 @@ func (m mapping) acquire(p *Pages, lo, hi int, overwrite bool) {
 			return
 		}
 		if !overwrite {
-			clear(f[first+k*n : first+(k+1)*n])
+			clear(f[m.hugeLo(k):m.hugeLo(k+1)])
 		}
 	}
 }
