@@ -200,10 +200,10 @@ func divide(a []float32, d float32) {
 	}
 }
 
-// preAvgBlock is a = x_0/d + x_1/d + … over srcs[k][lo:hi], in order.
-// For a power of two d each quotient is x·(1/d), exactly, and two
-// sources share a pass over a: (a + x/d) + y/d keeps the order and halves
-// the loads and stores of a.
+// preAvgBlock is a = x_0/d + x_1/d + … over srcs[k][lo:hi], in order,
+// for two sources or more. For a power of two d each quotient is x·(1/d),
+// exactly, and two sources share a pass over a: (a + x/d) + y/d keeps the
+// order and halves the loads and stores of a.
 func preAvgBlock(a []float32, srcs []Buffer, lo, hi int, d float32) {
 	if !isPow2(d) {
 		quotient(a, srcs[0].f32[lo:hi], d)
@@ -213,13 +213,8 @@ func preAvgBlock(a []float32, srcs []Buffer, lo, hi int, d float32) {
 		return
 	}
 	inv := 1 / d
-	rest := srcs[1:]
-	if len(rest) > 0 {
-		scaled2(a, srcs[0].f32[lo:hi], rest[0].f32[lo:hi], inv)
-		rest = rest[1:]
-	} else {
-		quotient(a, srcs[0].f32[lo:hi], d)
-	}
+	scaled2(a, srcs[0].f32[lo:hi], srcs[1].f32[lo:hi], inv)
+	rest := srcs[2:]
 	for ; len(rest) >= 2; rest = rest[2:] {
 		addScaled2(a, rest[0].f32[lo:hi], rest[1].f32[lo:hi], inv)
 	}
