@@ -1,0 +1,74 @@
+package model
+
+// Model is a network that trains on flat buffers: the contract between a
+// model (model/gpt, model/mlp, model/llama) and the training loop. One
+// rank's model computes on the engine's working parameters and
+// accumulates into its gradient buffer, calling its UnitHooks at unit
+// boundaries so a ZeRO stage can gather, release and reduce around it.
+//
+// One training micro-step is
+//
+//	loss, err := m.Forward(batch)    // keeps what Backward needs
+//	err = m.Backward(scale)          // grads += d(scale·loss)/dθ
+//
+// and an optimizer step happens between micro-steps, outside the model.
+// A Model is not safe for concurrent use.
+type Model interface {
+	// Layout is the flat-buffer layout of the parameters: names, shapes,
+	// units. It does not change after the model is built.
+	Layout() *Layout
+	// Bind points the model at the working parameters and the gradient
+	// buffer, Layout().Numel elements each (grads may be nil for a model
+	// that only runs forward). The model keeps them until the next Bind
+	// or Close.
+	Bind(params, grads []float32) error
+	// Forward runs the model on one micro-batch. With targets it returns
+	// the loss and keeps the activations for one Backward; without, it
+	// returns 0 and computes outputs only.
+	Forward(b Batch) (loss float32, err error)
+	// Backward accumulates into the gradient buffer the gradient of
+	// dlossScale × the last Forward's loss (the engine passes
+	// 1/gradient_accumulation_steps, times the loss scale under fp16), or
+	// writes it there when OverwriteGrads was called since the last
+	// Backward.
+	Backward(dlossScale float32) error
+	// OverwriteGrads makes the next Backward write each parameter's
+	// gradient instead of adding it: PyTorch's AccumulateGrad after
+	// zero_grad(set_to_none=True).
+	OverwriteGrads()
+	// Close returns the model's activations and scratch to the accountant.
+	Close()
+}
+
+// IgnoreIndex is the target id whose position takes no loss: PyTorch's
+// cross_entropy ignore_index default, and the label HF's data collators
+// give prompt tokens, padding and packed sequence boundaries.
+const IgnoreIndex = -100
+
+// Batch is one micro-batch of B samples.
+//
+// Language models read Tokens, Targets and Positions, each (B, T)
+// row-major; models of dense vectors (the MLP) read X and Y, each B rows.
+type Batch struct {
+	// B is the number of samples (rows).
+	B int
+	// Tokens are the input ids, B·T of them.
+	Tokens []int32
+	// Targets are the ids each position predicts (the inputs shifted by
+	// one, as the data loader builds them), or IgnoreIndex where a
+	// position takes no loss. Nil means forward only.
+	Targets []int32
+	// Positions are each token's position id. Packing several samples into
+	// one row restarts them at 0 at each sample's first token, and
+	// attention then never crosses a restart (the block-diagonal mask that
+	// HF's position_ids packing gives). Nil means 0…T−1 in every row.
+	Positions []int32
+	// LossDenom, when positive, is what the summed token losses are
+	// divided by instead of the number of targets that take a loss: the
+	// count over the whole gradient-accumulation window, as HF's Trainer
+	// passes num_items_in_batch, so every token weighs the same whatever
+	// micro-batch it fell in.
+	LossDenom float64
+	// X and Y are a dense model's inputs and targets (B rows each).
+	X, Y []float32
+}
