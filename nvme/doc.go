@@ -107,8 +107,13 @@
 // there with a *PreflightError naming the path, the bytes needed and the
 // fix. An I/O that fails later returns an *IOError naming the key, the
 // file and the offset; a short write (the disk took fewer bytes and said
-// nothing) is ErrShortWrite. Close waits for everything in flight and
-// removes the files and folders.
+// nothing) is ErrShortWrite. Every block written carries a CRC-32C, kept
+// with the key in memory and checked when the block is read back
+// (checksum.go): a file whose bytes changed on disk fails the read with
+// ErrChecksum, naming the byte range, instead of handing back garbage to
+// train on or save; so does a file cut short (ErrShortRead) or deleted
+// under the run. Close waits for everything in flight and removes the
+// files and folders.
 //
 // The buffer pool is accounted with the rank's mem.Accountant in tier
 // PinnedHost and the swap files in tier NVMe (their padded sizes), both

@@ -3,6 +3,7 @@ package nvme
 import (
 	"errors"
 	"fmt"
+	"hash/crc32"
 	"io"
 	"sync"
 )
@@ -16,6 +17,10 @@ type request struct {
 	file  File   // open before the request reaches the engine
 	data  []byte // Align-padded, Align-aligned
 	base  int64  // file offset of data[0]
+	// sums is the CRC-32C of each block of data (see checksum.go): a
+	// write fills it as its blocks go out, a read checks each block it
+	// reads against it. nil: unchecked (the preflight).
+	sums []uint32
 
 	// Guarded by engine.mu.
 	next int      // bytes of data handed to workers
@@ -112,7 +117,7 @@ func (e *engine) work() {
 
 		var err *IOError
 		if !failed { // after a failure the rest of the request is skipped
-			err = r.move(off, n)
+			err = r.move(off, n, off/e.block)
 		}
 
 		e.mu.Lock()
@@ -128,12 +133,15 @@ func (e *engine) work() {
 	}
 }
 
-// move does one block: bytes [off, off+n) of r.data.
-func (r *request) move(off, n int) *IOError {
+// move does one block, block number i: bytes [off, off+n) of r.data.
+func (r *request) move(off, n, i int) *IOError {
 	p := r.data[off : off+n]
 	at := r.base + int64(off)
 	var err error
 	if r.write {
+		if r.sums != nil {
+			r.sums[i] = crc32.Checksum(p, castagnoli)
+		}
 		var got int
 		got, err = r.file.WriteAt(p, at)
 		if err == nil && got < n {
@@ -147,6 +155,9 @@ func (r *request) move(off, n int) *IOError {
 			err = nil // ReadAt may say io.EOF with the last byte of the file
 		case err == nil || errors.Is(err, io.EOF):
 			err = fmt.Errorf("%w: the file ended after %d of %d bytes", ErrShortRead, got, n)
+		}
+		if err == nil && r.sums != nil {
+			err = checkBlock(p, r.sums[i])
 		}
 	}
 	if err == nil {

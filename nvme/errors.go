@@ -69,11 +69,18 @@ func fixFor(err error) string {
 		return "the disk reported an I/O error: check it (dmesg, smartctl) or point nvme_path at another disk"
 	case errors.Is(err, syscall.EACCES), errors.Is(err, syscall.EPERM), errors.Is(err, syscall.EROFS):
 		return "make nvme_path writable by this process or choose another"
-	case errors.Is(err, ErrShortRead), errors.Is(err, io.ErrUnexpectedEOF):
-		return "swap files must not be touched while dszero runs"
+	case errors.Is(err, ErrChecksum):
+		return "the file's bytes changed on disk after dszero wrote them (disk or filesystem corruption, or another process writing under nvme_path): check the disk (dmesg, smartctl) or point nvme_path at another; " + resumeFix
+	case errors.Is(err, ErrShortRead), errors.Is(err, io.ErrUnexpectedEOF), errors.Is(err, fs.ErrNotExist):
+		return "the file (or its folder) was cut short or deleted while dszero ran, and swap files must not be touched then; " + resumeFix
 	}
 	return ""
 }
+
+// resumeFix is what to do after a swap file turned out not to hold what
+// was written: the read failed, so nothing was trained on its bytes or
+// saved from them.
+const resumeFix = "nothing was trained on or saved from that file's bytes, so checkpoints saved before this error are intact: resume from the latest one"
 
 // PreflightError is a swap directory that cannot hold what the run needs,
 // found before training starts.

@@ -51,8 +51,13 @@ type Fault struct {
 	// them when From is 0) and report success with the smaller count:
 	// what pwrite(2) does when a disk fills up mid-write.
 	Short bool
-	// Delay makes a hit operation sleep first: slow I/O. With Err nil and
-	// Short false the operation then succeeds.
+	// Corrupt makes a hit read succeed with one bit of what it read
+	// flipped (the middle byte's bit 4): silent corruption, a disk or
+	// filesystem that returns other bytes than it was given and reports
+	// nothing.
+	Corrupt bool
+	// Delay makes a hit operation sleep first: slow I/O. With Err nil,
+	// Short and Corrupt false the operation then succeeds.
 	Delay time.Duration
 	// Times is how many operations it hits; 0 hits all of them.
 	Times int
@@ -181,10 +186,14 @@ func (f *faultFile) ReadAt(p []byte, off int64) (int, error) {
 	if ft.Delay > 0 {
 		time.Sleep(ft.Delay)
 	}
-	if ft.Err == nil {
-		return f.inner.ReadAt(p, off)
+	if ft.Err != nil {
+		return 0, pathErr("read", f.name, ft.Err)
 	}
-	return 0, pathErr("read", f.name, ft.Err)
+	n, err := f.inner.ReadAt(p, off)
+	if ft.Corrupt && n > 0 {
+		p[n/2] ^= 1 << 4
+	}
+	return n, err
 }
 
 func (f *faultFile) WriteAt(p []byte, off int64) (int, error) {

@@ -54,6 +54,10 @@ type Options struct {
 	// Category is what the files and buffers hold, for the accountant:
 	// mem.OptimState for optimizer state, mem.Params16 for parameters.
 	Category mem.Category
+
+	// noChecksum turns off the blocks' CRC-32C (checksum.go): the
+	// baseline of BenchmarkChecksum. Nothing else sets it.
+	noChecksum bool
 }
 
 // DefaultOptions are DeepSpeed 0.19.5's defaults for the aio block and

@@ -184,15 +184,27 @@ func (s *Swapper) finishLocked(ks *keyState, h *Handle, err error) {
 }
 
 // start opens r's file and hands r to the engine. A read of a key whose
-// last write failed fails without touching the file.
+// last write failed fails without touching the file. A write sums its
+// blocks into the key's checksums, a read checks against them: the
+// requests before r on the key are complete, so they are r's to use.
 func (s *Swapper) start(ks *keyState, r *request) {
 	if r == nil {
 		return
 	}
+	s.mu.Lock()
+	werr := ks.err
+	if !s.opts.noChecksum {
+		if r.write {
+			n := blocks(len(r.data), int(s.opts.BlockSize))
+			if cap(ks.sums) < n {
+				ks.sums = make([]uint32, n)
+			}
+			ks.sums = ks.sums[:n]
+		}
+		r.sums = ks.sums // a read has its write's length: the same blocks
+	}
+	s.mu.Unlock()
 	if !r.write {
-		s.mu.Lock()
-		werr := ks.err
-		s.mu.Unlock()
 		if werr != nil {
 			cause := fmt.Errorf("its last write failed, so the file holds nothing to trust: %w", werr)
 			if ioe, ok := werr.(*IOError); ok {

@@ -51,7 +51,11 @@ type keyState struct {
 	onDisk  int64 // bytes accounted on NVMe: the largest padded write
 	written bool  // a write was issued
 	err     error // the latest write failed: reads fail until one succeeds
-	busy    bool  // a request on the key is in the engine
+	// sums are the CRC-32C of each block of the latest write started
+	// (checksum.go); the write fills them as its blocks go out, and the
+	// reads after it check against them.
+	sums    []uint32
+	busy    bool // a request on the key is in the engine
 	waiting []*request
 }
 
@@ -237,6 +241,13 @@ func (keepOpen) Close() error { return nil }
 
 // Dir is the folder the swap files are in.
 func (s *Swapper) Dir() string { return s.dir }
+
+// Path is the swap file of key (whether or not it has been written):
+// what errors about the key's data name.
+func (s *Swapper) Path(key string) string {
+	checkKey(key)
+	return filepath.Join(s.dir, key+swapSuffix)
+}
 
 // BufferBytes is the capacity of one swap buffer.
 func (s *Swapper) BufferBytes() int { return int(s.bufBytes) }

@@ -125,3 +125,94 @@ func (s *Strategy) importSwapped(g int, gs zcore.GroupState) error {
 	ss.counts[g] = gs.Optim.Steps
 	return nil
 }
+
+// ScanState calls visit with each of the rank's fp32 state tensors, sub-
+// group by sub-group: the master partition ("master") and the optimizer
+// state created so far (by torch name). values is the tensor itself —
+// in memory in place, whatever its tier (device, pinned host, the device
+// sub-groups of partial offload) — or, with offload_optimizer nvme, a
+// swap buffer its file was read into, and file names that file; values
+// is visit's only until it returns. Nothing is copied: the swap files
+// are read once, through the swapper's pool, at most buffer_count − 1
+// buffers (or the one there is) in flight. A checkpoint's saver scans
+// with it before it exports (train refuses to save NaN or Inf).
+//
+// An error from visit, or a read that fails (an *nvme.IOError naming the
+// key and the file: a checksum mismatch, a file deleted under the run),
+// stops the scan and is returned.
+func (s *Strategy) ScanState(visit func(group int, name, file string, values []float32) error) error {
+	if s.swap != nil {
+		return s.scanSwapped(visit)
+	}
+	for g := range s.lay.SubGroups {
+		lo, n := s.lay.SubGroupOffset(g), s.lay.SubGroupNumel(g)
+		if err := visit(g, "master", "", s.master[lo:lo+n]); err != nil {
+			return err
+		}
+		opt := s.opts[g]
+		for _, name := range opt.StateNames() {
+			if v := opt.State(name); v != nil {
+				if err := visit(g, name, "", v); err != nil {
+					return err
+				}
+			}
+		}
+	}
+	return nil
+}
+
+// scanSwapped is ScanState from the swap files: the reads go ahead of
+// the visits by up to buffer_count − 1 files (one buffer stays for
+// SwapIn and SwapOut, as the package doc asks), in sub-group order.
+func (s *Strategy) scanSwapped(visit func(group int, name, file string, values []float32) error) error {
+	ss := s.swap
+	type file struct {
+		g    int
+		name string
+	}
+	var files []file
+	for g := range s.lay.SubGroups {
+		files = append(files, file{g, "master"})
+		for i, name := range ss.names {
+			if ss.written[g][i] {
+				files = append(files, file{g, name})
+			}
+		}
+	}
+	window := max(1, ss.sw.BufferCount()-1)
+	var ahead []*nvme.Handle // the reads of files[next-len(ahead):next]
+	defer func() {
+		for _, h := range ahead {
+			h.Wait()
+			ss.sw.Release(h.Buffer())
+		}
+	}()
+	next := 0
+	for _, f := range files {
+		for ; next < len(files) && len(ahead) < window; next++ {
+			h, err := ss.sw.Prefetch(swapKey(files[next].g, files[next].name))
+			if err != nil {
+				return fmt.Errorf("stage 3: reading sub-group %d's %s to check it: %w", files[next].g, files[next].name, err)
+			}
+			ahead = append(ahead, h)
+		}
+		h := ahead[0]
+		ahead = ahead[1:]
+		err := h.Wait()
+		if err == nil {
+			if got, n := h.Buffer().Len(), s.lay.SubGroupNumel(f.g); got != 4*n {
+				err = fmt.Errorf("its file holds %d bytes, the sub-group %d elements", got, n)
+			}
+		}
+		if err == nil {
+			err = visit(f.g, f.name, ss.sw.Path(swapKey(f.g, f.name)), h.Buffer().F32())
+		} else {
+			err = fmt.Errorf("stage 3: reading sub-group %d's %s from its swap file: %w", f.g, f.name, err)
+		}
+		ss.sw.Release(h.Buffer())
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}

@@ -104,6 +104,8 @@ type Config struct {
 	// the last step. LoadDir, when set, resumes from its latest
 	// checkpoint: training continues from that global step up to Steps
 	// (the total, as HF's max_steps), reading the data where it stopped.
+	// No checkpoint is saved from a state holding NaN or Inf (finite.go):
+	// the run fails instead, and latest keeps naming the last good one.
 	SaveDir      string
 	SaveInterval int
 	LoadDir      string
@@ -351,6 +353,9 @@ func (r *rank) run(onStep func(Record) error) ([]float32, error) {
 			return nil, cbErr // rank 0 says why; the others just end
 		}
 		if cfg.SaveDir != "" && (verdict[0] == stop || s+1 == cfg.Steps || cfg.SaveInterval > 0 && (s+1)%cfg.SaveInterval == 0) {
+			if err := checkBeforeSave(ctx, c, eng, s+1, cfg.SaveDir); err != nil {
+				return nil, err
+			}
 			if err := checkpoint.Save(cfg.SaveDir, "", eng, ck); err != nil {
 				return nil, fmt.Errorf("step %d: saving a checkpoint in %s: %w", s+1, cfg.SaveDir, err)
 			}

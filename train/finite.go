@@ -1,0 +1,151 @@
+package train
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"strings"
+
+	"github.com/dszero/dszero/checkpoint"
+	"github.com/dszero/dszero/comm"
+	"github.com/dszero/dszero/zero"
+)
+
+// Before a checkpoint is saved, every rank scans its fp32 master weights
+// and optimizer state for NaN and ±Inf, and no rank saves if any finds
+// one: a checkpoint is what a run resumes from, and `latest` must keep
+// naming one that can be. A diverged step (an lr too large, an overflow
+// in fp32) leaves such values behind; so would swap files or memory
+// corrupted under the run (the swapper's checksums catch the first: the
+// scan reads the files through them). The loss check at the next forward
+// comes too late for a checkpoint saved right after the step.
+//
+// The scan is one pass over the state the checkpoint will hold, in
+// place: stages 0–2 through the engine's master partition and optimizer,
+// stage 3 through its ScanState (sub-group by sub-group, swap files read
+// through the swapper's buffers), so it allocates nothing and costs at
+// most one read of what the save then writes.
+
+// stateScanner is a strategy that walks its own fp32 state (stage 3,
+// whose sub-groups may live in swap files); see stage3.ScanState.
+type stateScanner interface {
+	ScanState(visit func(group int, name, file string, values []float32) error) error
+}
+
+// nonFinite is one state tensor holding NaN or ±Inf.
+type nonFinite struct {
+	what  string // "sub-group 0's fp32 master", "optimizer state exp_avg"
+	file  string // its swap file; "" in memory
+	count int    // values that are NaN or ±Inf
+	numel int
+	first int // index of the first
+}
+
+func (n nonFinite) String() string {
+	s := fmt.Sprintf("%s: %d of %d values are NaN or ±Inf (the first at element %d)", n.what, n.count, n.numel, n.first)
+	if n.file != "" {
+		s += ", read from swap file " + n.file
+	}
+	return s
+}
+
+// countNonFinite counts the NaN and ±Inf in x (an exponent of all ones)
+// and finds the first; first is -1 when there is none.
+func countNonFinite(x []float32) (count, first int) {
+	first = -1
+	for i, v := range x {
+		if math.Float32bits(v)&0x7f800000 == 0x7f800000 {
+			if count == 0 {
+				first = i
+			}
+			count++
+		}
+	}
+	return count, first
+}
+
+// scanState returns the rank's state tensors that hold NaN or ±Inf, or
+// an error when the state could not be read (a swap file that fails its
+// checksum).
+func scanState(eng *zero.Engine) ([]nonFinite, error) {
+	var bad []nonFinite
+	check := func(what, file string, v []float32) {
+		if n, first := countNonFinite(v); n > 0 {
+			bad = append(bad, nonFinite{what: what, file: file, count: n, numel: len(v), first: first})
+		}
+	}
+	if sc, ok := eng.Strategy().(stateScanner); ok {
+		err := sc.ScanState(func(g int, name, file string, v []float32) error {
+			what := fmt.Sprintf("sub-group %d's optimizer state %s", g, name)
+			if name == "master" {
+				what = fmt.Sprintf("sub-group %d's fp32 master weights", g)
+			}
+			check(what, file, v)
+			return nil
+		})
+		return bad, err
+	}
+	check("the fp32 master weights", "", eng.MasterParams())
+	if opt := eng.Optimizer(); opt != nil {
+		for _, name := range opt.StateNames() {
+			if v := opt.State(name); v != nil {
+				check("optimizer state "+name, "", v)
+			}
+		}
+	}
+	return bad, nil
+}
+
+// checkBeforeSave scans the rank's state before the checkpoint of step
+// is saved in dir, and tells every rank whether any rank's failed: a
+// collective, so that all ranks save or none does. The rank whose state
+// is bad returns why; the others return an error wrapping
+// comm.ErrRankFailed (Run reports the root cause).
+func checkBeforeSave(ctx context.Context, c comm.Comm, eng *zero.Engine, step int, dir string) error {
+	tag := checkpoint.Tag(eng.GlobalSteps())
+	bad, err := scanState(eng)
+	if err == nil && len(bad) > 0 {
+		msgs := make([]string, len(bad))
+		for i, b := range bad {
+			msgs[i] = b.String()
+		}
+		err = fmt.Errorf("rank %d's fp32 master weights or optimizer state hold NaN or Inf, which no run can resume from: %s; "+
+			"training diverged (lower the learning rate, or use bf16/fp32 with gradient_clipping), or memory corrupted the state",
+			c.Rank(), strings.Join(msgs, "; "))
+	} else if err != nil {
+		err = fmt.Errorf("rank %d could not read its state to check it: %w", c.Rank(), err)
+	}
+	flags := make([]float32, c.Size())
+	if err != nil {
+		flags[c.Rank()] = 1
+	}
+	if c.Size() > 1 {
+		if cerr := c.AllReduce(ctx, comm.F32(flags), comm.Sum).Wait(); cerr != nil {
+			return fmt.Errorf("step %d: agreeing whether to save checkpoint %s: %w", step, tag, errors.Join(err, cerr))
+		}
+	}
+	kept := keptLatest(dir)
+	if err != nil {
+		return fmt.Errorf("step %d: refusing to save checkpoint %s in %s: %w; %s", step, tag, dir, err, kept)
+	}
+	var ranks []int
+	for r, f := range flags {
+		if f != 0 {
+			ranks = append(ranks, r)
+		}
+	}
+	if len(ranks) > 0 {
+		return fmt.Errorf("step %d: not saving checkpoint %s in %s: the state of rank(s) %v cannot be saved (see their errors); %s: %w", step, tag, dir, ranks, kept, comm.ErrRankFailed)
+	}
+	return nil
+}
+
+// keptLatest says which checkpoint dir/latest still names.
+func keptLatest(dir string) string {
+	tag, err := checkpoint.LatestTag(dir)
+	if err != nil {
+		return "no checkpoint was saved in it before"
+	}
+	return fmt.Sprintf("latest still names %s, the last checkpoint saved: resume from it", tag)
+}
