@@ -2,6 +2,7 @@ package tokenizer
 
 import (
 	"fmt"
+	"strings"
 	"sync"
 	"unicode/utf8"
 )
@@ -23,6 +24,8 @@ type bpe struct {
 	ignoreMerges bool
 	prefix       string // continuing_subword_prefix
 	suffix       string // end_of_word_suffix
+	// splitBeforeMarker: see encode and markerSafe.
+	splitBeforeMarker bool
 
 	cache wordCache
 }
@@ -64,13 +67,55 @@ type symbol struct {
 	gone       bool  // merged into its left neighbour
 }
 
-// encodeWord appends the ids of one pre-tokenized word.
-func (m *bpe) encodeWord(dst []int, word string) []int {
-	if word == "" {
+// encode appends the ids of one pre-tokenized word. With splitBeforeMarker,
+// the word is first cut before every "▁" that follows another character
+// (see splitBeforeMarker), which leaves the result unchanged and lets the
+// cache work for SentencePiece vocabularies, where a whole section of text is
+// one word.
+func (m *bpe) encode(dst []int, word []byte) []int {
+	if !m.splitBeforeMarker {
+		return m.encodeWord(dst, word)
+	}
+	start := 0
+	for i := 1; i+len(spMarker) <= len(word); i++ {
+		if word[i] == spMarker[0] && string(word[i:i+len(spMarker)]) == spMarker &&
+			string(word[i-len(spMarker):i]) != spMarker && i > start {
+			dst = m.encodeWord(dst, word[start:i])
+			start = i
+		}
+	}
+	return m.encodeWord(dst, word[start:])
+}
+
+// spMarker is SentencePiece's word-start marker.
+const spMarker = "▁"
+
+// markerSafe reports whether cutting words before "▁" is exact for this
+// vocabulary: no token holds a "▁" right after a character other than "▁".
+// A BPE symbol is always a vocabulary token (or one unknown or byte-fallback
+// character), so no symbol can then span such a cut, and BPE on the parts
+// gives the same symbols as BPE on the whole.
+func markerSafe(vocab map[string]int32) bool {
+	if _, ok := vocab[spMarker]; !ok {
+		return false // an unknown "▁" could be fused with its neighbours
+	}
+	for tok := range vocab {
+		for i := 1; i < len(tok); i++ {
+			if strings.HasPrefix(tok[i:], spMarker) && !strings.HasSuffix(tok[:i], spMarker) {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// encodeWord appends the ids of one word.
+func (m *bpe) encodeWord(dst []int, word []byte) []int {
+	if len(word) == 0 {
 		return dst
 	}
 	if m.ignoreMerges {
-		if id, ok := m.vocab[word]; ok {
+		if id, ok := m.vocab[string(word)]; ok {
 			return append(dst, int(id))
 		}
 	}
@@ -82,7 +127,7 @@ func (m *bpe) encodeWord(dst []int, word string) []int {
 	}
 	ids := m.mergeWord(word)
 	if len(word) < maxCachedWord {
-		m.cache.put(word, ids)
+		m.cache.put(string(word), ids)
 	}
 	for _, id := range ids {
 		dst = append(dst, int(id))
@@ -91,7 +136,7 @@ func (m *bpe) encodeWord(dst []int, word string) []int {
 }
 
 // mergeWord runs BPE on one word and returns its ids.
-func (m *bpe) mergeWord(word string) []int32 {
+func (m *bpe) mergeWord(word []byte) []int32 {
 	syms := make([]symbol, 0, len(word))
 	add := func(id int32) {
 		n := int32(len(syms))
@@ -105,17 +150,23 @@ func (m *bpe) mergeWord(word string) []int32 {
 			pendingUnk = false
 		}
 	}
+	var affixed []byte
 	for i := 0; i < len(word); {
-		_, n := utf8.DecodeRuneInString(word[i:])
+		_, n := utf8.DecodeRune(word[i:])
 		ch := word[i : i+n]
-		if m.prefix != "" && i > 0 {
-			ch = m.prefix + ch
-		}
-		if m.suffix != "" && i+n == len(word) {
-			ch += m.suffix
+		if m.prefix != "" && i > 0 || m.suffix != "" && i+n == len(word) {
+			affixed = affixed[:0]
+			if m.prefix != "" && i > 0 {
+				affixed = append(affixed, m.prefix...)
+			}
+			affixed = append(affixed, ch...)
+			if m.suffix != "" && i+n == len(word) {
+				affixed = append(affixed, m.suffix...)
+			}
+			ch = affixed
 		}
 		i += n
-		if id, ok := m.vocab[ch]; ok {
+		if id, ok := m.vocab[string(ch)]; ok {
 			flushUnk()
 			add(id)
 			continue
@@ -123,8 +174,8 @@ func (m *bpe) mergeWord(word string) []int32 {
 		if m.byteFallback && m.hasBytes(ch) {
 			// Rust adds the byte tokens without flushing a pending unk first;
 			// keep that order.
-			for k := 0; k < len(ch); k++ {
-				add(m.byteIDs[ch[k]])
+			for _, c := range ch {
+				add(m.byteIDs[c])
 			}
 			continue
 		}
@@ -149,7 +200,7 @@ func (m *bpe) mergeWord(word string) []int32 {
 	return out
 }
 
-func (m *bpe) hasBytes(s string) bool {
+func (m *bpe) hasBytes(s []byte) bool {
 	for k := 0; k < len(s); k++ {
 		if m.byteIDs[s[k]] < 0 {
 			return false
@@ -245,9 +296,9 @@ type wordCache struct {
 	m  map[string][]int32
 }
 
-func (c *wordCache) get(word string) ([]int32, bool) {
+func (c *wordCache) get(word []byte) ([]int32, bool) {
 	c.mu.RLock()
-	ids, ok := c.m[word]
+	ids, ok := c.m[string(word)]
 	c.mu.RUnlock()
 	return ids, ok
 }

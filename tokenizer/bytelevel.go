@@ -46,6 +46,10 @@ func (bl *byteLevel) encode(dst []byte, s string) []byte {
 	return dst
 }
 
+func (bl *byteLevel) encodeString(s string) string {
+	return string(bl.encode(make([]byte, 0, 2*len(s)), s))
+}
+
 // decodeToken appends the bytes that token stands for. A token holding a rune
 // outside the byte-level alphabet (an added token such as "<|im_end|>" is
 // inside it, but one with "▁" is not) is appended as its own UTF-8 bytes.

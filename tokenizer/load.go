@@ -79,8 +79,8 @@ func fromJSON(data, cfgData []byte, name, cfgName string, opt options) (*Tokeniz
 	fail := func(path string, err error) error {
 		return fmt.Errorf("tokenizer: %s: %s: %w", name, path, err)
 	}
-	t := &Tokenizer{source: name, options: opt}
 	bl := newByteLevel()
+	t := &Tokenizer{source: name, options: opt, bl: bl}
 	b := builder{opt: opt, bl: bl}
 
 	model, err := buildBPE(f.Model)
@@ -214,6 +214,7 @@ func buildBPE(raw json.RawMessage) (*bpe, error) {
 			m.byteIDs[b] = id
 		}
 	}
+	m.splitBeforeMarker = markerSafe(m.vocab)
 	pairs, err := parseMerges(mj.Merges)
 	if err != nil {
 		return nil, err
@@ -400,7 +401,7 @@ func (b builder) preTokenizer(raw json.RawMessage) (preTokenizer, error) {
 		if err := field(fields, "use_regex", &useRegex); err != nil {
 			return nil, err
 		}
-		p := byteLevelPre{addPrefixSpace: addPrefix, table: b.bl}
+		p := byteLevelPre{addPrefixSpace: addPrefix}
 		if useRegex {
 			p.regex, _ = compileRegex(patGPT2, b.opt.genericRegex)
 		}
@@ -412,14 +413,14 @@ func (b builder) preTokenizer(raw json.RawMessage) (preTokenizer, error) {
 		if err := field(fields, "pretokenizers", &list); err != nil {
 			return nil, err
 		}
-		var seq sequencePre
+		seq := sequencePre{bl: b.bl}
 		for i, item := range list {
 			p, err := b.preTokenizer(item)
 			if err != nil {
 				return nil, fmt.Errorf("pretokenizers[%d]: %w", i, err)
 			}
 			if p != nil {
-				seq = append(seq, p)
+				seq.steps = append(seq.steps, p)
 			}
 		}
 		return seq, nil

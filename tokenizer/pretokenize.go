@@ -6,16 +6,21 @@ import (
 
 // A piece is one word on its way to the model. first reports that the piece
 // begins at offset 0 of the input text (Metaspace's prepend_scheme "first"
-// asks for that).
+// asks for that). byteLevel reports that the model is to see the byte-level
+// image of s rather than s; the ByteLevel pre-tokenizer sets it instead of
+// building the image, which Tokenizer.Encode writes into a reused buffer.
 type piece struct {
-	s     string
-	first bool
+	s         string
+	first     bool
+	byteLevel bool
 }
 
-// A preTokenizer splits pieces into smaller pieces and may rewrite them. BPE
-// merges never cross a piece boundary.
+// A preTokenizer splits a piece into smaller pieces, which it may rewrite,
+// and passes them to emit in order. BPE merges never cross a piece boundary.
+// Pieces stream through the stages one at a time: a section of text can hold
+// hundreds of thousands of words.
 type preTokenizer interface {
-	preTokenize(in []piece, scratch *[]span) []piece
+	preTokenize(p piece, emit func(piece))
 }
 
 // splitBehavior says what happens to the pattern's matches (the delimiters)
@@ -40,23 +45,22 @@ type flagged struct {
 	match bool
 }
 
-// splitPiece appends to out the pieces of p cut by the matches of m. With
-// invert, the pattern describes the pieces and the gaps are the delimiters.
-// Empty pieces are dropped.
-func splitPiece(out []piece, p piece, m matcher, beh splitBehavior, invert bool, scratch *[]span) []piece {
+// splitPiece emits the pieces of p cut by the matches of m. With invert, the
+// pattern describes the pieces and the gaps are the delimiters. Empty pieces
+// are dropped.
+func splitPiece(p piece, m matcher, beh splitBehavior, invert bool, emit func(piece)) {
 	s := p.s
 	// Fast path: a tiling matcher with Isolated delimiters yields its matches.
 	if tm, ok := m.(tilingMatcher); ok && beh == behIsolated {
 		for i := 0; i < len(s); {
 			j := tm.next(s, i)
-			out = append(out, piece{s[i:j], p.first && i == 0})
+			emit(piece{s: s[i:j], first: p.first && i == 0, byteLevel: p.byteLevel})
 			i = j
 		}
-		return out
+		return
 	}
 	// Cover the string with (span, isMatch), as Rust's Pattern::find_matches.
-	matches := m.findAll(s, (*scratch)[:0])
-	*scratch = matches
+	matches := m.findAll(s, nil)
 	parts := make([]flagged, 0, 2*len(matches)+1)
 	prev := 0
 	for _, sp := range matches {
@@ -126,10 +130,9 @@ func splitPiece(out []piece, p piece, m matcher, beh splitBehavior, invert bool,
 	}
 	for _, c := range cuts {
 		if !c.remove && c.end > c.start {
-			out = append(out, piece{s[c.start:c.end], p.first && c.start == 0})
+			emit(piece{s: s[c.start:c.end], first: p.first && c.start == 0, byteLevel: p.byteLevel})
 		}
 	}
-	return out
 }
 
 // splitPre is the Split pre-tokenizer.
@@ -139,45 +142,28 @@ type splitPre struct {
 	invert   bool
 }
 
-func (sp splitPre) preTokenize(in []piece, scratch *[]span) []piece {
-	out := make([]piece, 0, len(in)*4)
-	for _, p := range in {
-		out = splitPiece(out, p, sp.pattern, sp.behavior, sp.invert, scratch)
-	}
-	return out
+func (sp splitPre) preTokenize(p piece, emit func(piece)) {
+	splitPiece(p, sp.pattern, sp.behavior, sp.invert, emit)
 }
 
 // byteLevelPre is the ByteLevel pre-tokenizer: optionally a leading space,
 // optionally the GPT-2 regex split, then every byte replaced by its
-// byte-level rune.
+// byte-level rune (marked on the piece, done by Encode).
 type byteLevelPre struct {
 	addPrefixSpace bool
 	regex          matcher // nil when use_regex is false
-	table          *byteLevel
 }
 
-func (b byteLevelPre) preTokenize(in []piece, scratch *[]span) []piece {
-	split, out := in, make([]piece, len(in))
-	if b.addPrefixSpace || b.regex != nil {
-		split = make([]piece, 0, len(in)*4)
-		for _, p := range in {
-			if b.addPrefixSpace && !strings.HasPrefix(p.s, " ") {
-				p.s = " " + p.s
-			}
-			if b.regex == nil {
-				split = append(split, p)
-				continue
-			}
-			split = splitPiece(split, p, b.regex, behIsolated, false, scratch)
-		}
-		out = split // a fresh slice: rewrite it in place
+func (b byteLevelPre) preTokenize(p piece, emit func(piece)) {
+	if b.addPrefixSpace && !strings.HasPrefix(p.s, " ") {
+		p.s = " " + p.s
 	}
-	var buf []byte
-	for i, p := range split {
-		buf = b.table.encode(buf[:0], p.s)
-		out[i] = piece{string(buf), p.first}
+	p.byteLevel = true
+	if b.regex == nil {
+		emit(p)
+		return
 	}
-	return out
+	splitPiece(p, b.regex, behIsolated, false, emit)
 }
 
 // metaspacePre is SentencePiece's word marker: spaces become the replacement
@@ -197,30 +183,44 @@ const (
 	prependNever
 )
 
-func (m metaspacePre) preTokenize(in []piece, scratch *[]span) []piece {
-	out := make([]piece, 0, len(in)*4)
-	for _, p := range in {
-		s := strings.ReplaceAll(p.s, " ", m.replacement)
-		if !strings.HasPrefix(s, m.replacement) &&
-			(m.prepend == prependAlways || m.prepend == prependFirst && p.first) {
-			s = m.replacement + s
-		}
-		q := piece{s, p.first}
-		if !m.split {
-			out = append(out, q)
-			continue
-		}
-		out = splitPiece(out, q, literalMatcher(m.replacement), behMergedWithNext, false, scratch)
+func (m metaspacePre) preTokenize(p piece, emit func(piece)) {
+	s := strings.ReplaceAll(p.s, " ", m.replacement)
+	if !strings.HasPrefix(s, m.replacement) &&
+		(m.prepend == prependAlways || m.prepend == prependFirst && p.first) {
+		s = m.replacement + s
 	}
-	return out
+	q := piece{s: s, first: p.first}
+	if !m.split {
+		emit(q)
+		return
+	}
+	splitPiece(q, literalMatcher(m.replacement), behMergedWithNext, false, emit)
 }
 
-// sequencePre applies pre-tokenizers in order.
-type sequencePre []preTokenizer
+// sequencePre applies pre-tokenizers in order: each piece the first emits
+// goes through the second, and so on.
+type sequencePre struct {
+	steps []preTokenizer
+	bl    *byteLevel
+}
 
-func (q sequencePre) preTokenize(in []piece, scratch *[]span) []piece {
-	for _, p := range q {
-		in = p.preTokenize(in, scratch)
+func (q sequencePre) preTokenize(p piece, emit func(piece)) {
+	if len(q.steps) == 0 {
+		emit(p)
+		return
 	}
-	return in
+	// chain[i] feeds a piece to step i; the last step emits.
+	chain := make([]func(piece), len(q.steps)+1)
+	chain[len(q.steps)] = emit
+	for i := len(q.steps) - 1; i >= 0; i-- {
+		step, next := q.steps[i], chain[i+1]
+		chain[i] = func(c piece) {
+			if c.byteLevel {
+				// A step after ByteLevel works on the image.
+				c = piece{s: q.bl.encodeString(c.s), first: c.first}
+			}
+			step.preTokenize(c, next)
+		}
+	}
+	chain[0](p)
 }

@@ -21,6 +21,7 @@ type Tokenizer struct {
 	tokenToID map[string]int
 	special   map[int]bool // ids of added tokens with special=true
 
+	bl      *byteLevel
 	config  Config
 	ids     SpecialTokens
 	options options
@@ -74,8 +75,16 @@ func (t *Tokenizer) Encode(text string, addSpecial bool) []int {
 	ids := make([]int, 0, len(text)/3+4)
 	var (
 		secs, subs []section
-		scratch    []span
+		word       []byte
 	)
+	toModel := func(w piece) {
+		if w.byteLevel {
+			word = t.bl.encode(word[:0], w.s)
+		} else {
+			word = append(word[:0], w.s...)
+		}
+		ids = t.model.encode(ids, word)
+	}
 	secs = t.added.raw.split(secs, text, 0)
 	for _, sec := range secs {
 		if sec.id >= 0 {
@@ -88,19 +97,14 @@ func (t *Tokenizer) Encode(text string, addSpecial bool) []int {
 		}
 		subs = t.added.normalized.split(subs[:0], s, sec.start)
 		for _, sub := range subs {
-			if sub.id >= 0 {
+			switch {
+			case sub.id >= 0:
 				ids = append(ids, sub.id)
-				continue
-			}
-			if sub.s == "" {
-				continue
-			}
-			words := []piece{{sub.s, sub.start == 0}}
-			if t.pre != nil {
-				words = t.pre.preTokenize(words, &scratch)
-			}
-			for _, w := range words {
-				ids = t.model.encodeWord(ids, w.s)
+			case sub.s == "":
+			case t.pre == nil:
+				toModel(piece{s: sub.s})
+			default:
+				t.pre.preTokenize(piece{s: sub.s, first: sub.start == 0}, toModel)
 			}
 		}
 	}
