@@ -231,33 +231,39 @@ func parseMerges(raw json.RawMessage) ([][2]string, error) {
 	if isNull(raw) {
 		return nil, nil
 	}
-	var items []json.RawMessage
-	if err := json.Unmarshal(raw, &items); err != nil {
-		return nil, fmt.Errorf("model.merges: want a list: %w", err)
+	// The first element decides the format: "[[" or "[\"".
+	inner := bytes.TrimSpace(raw)
+	if len(inner) > 0 {
+		inner = bytes.TrimSpace(inner[1:])
 	}
-	pairs := make([][2]string, 0, len(items))
-	for i, it := range items {
-		it = bytes.TrimSpace(it)
-		if len(it) > 0 && it[0] == '[' {
-			var p []string
-			if err := json.Unmarshal(it, &p); err != nil || len(p) != 2 {
-				return nil, fmt.Errorf("model.merges[%d]: want a pair of strings, got %s", i, it)
+	if len(inner) > 0 && inner[0] == '[' {
+		var list [][]string
+		if err := json.Unmarshal(raw, &list); err != nil {
+			return nil, fmt.Errorf("model.merges: want a list of [\"a\", \"b\"] pairs: %w", err)
+		}
+		pairs := make([][2]string, len(list))
+		for i, p := range list {
+			if len(p) != 2 {
+				return nil, fmt.Errorf("model.merges[%d]: want a pair of strings, got %q", i, p)
 			}
-			pairs = append(pairs, [2]string{p[0], p[1]})
-			continue
+			pairs[i] = [2]string{p[0], p[1]}
 		}
-		var line string
-		if err := json.Unmarshal(it, &line); err != nil {
-			return nil, fmt.Errorf("model.merges[%d]: want \"a b\" or [\"a\", \"b\"], got %s", i, it)
-		}
+		return pairs, nil
+	}
+	var lines []string
+	if err := json.Unmarshal(raw, &lines); err != nil {
+		return nil, fmt.Errorf("model.merges: want a list of \"a b\" strings: %w", err)
+	}
+	pairs := make([][2]string, 0, len(lines))
+	for i, line := range lines {
 		if strings.HasPrefix(line, "#version") {
 			continue
 		}
-		parts := strings.Split(line, " ")
-		if len(parts) != 2 {
+		a, b, ok := strings.Cut(line, " ")
+		if !ok || strings.Contains(b, " ") {
 			return nil, fmt.Errorf("model.merges[%d]: %q is not two tokens separated by one space", i, line)
 		}
-		pairs = append(pairs, [2]string{parts[0], parts[1]})
+		pairs = append(pairs, [2]string{a, b})
 	}
 	return pairs, nil
 }
