@@ -62,6 +62,7 @@ func (t *Tokenizer) applyConfig(data []byte, name string) error {
 		return fmt.Errorf("tokenizer: %s: %w", name, err)
 	}
 	c := &t.config
+	c.Source = name
 	for _, tk := range []struct {
 		key  string
 		raw  json.RawMessage

@@ -44,6 +44,7 @@ type SpecialTokens struct {
 
 // Config is what tokenizer.json does not say but tokenizer_config.json does.
 type Config struct {
+	Source                                 string // the tokenizer_config.json it came from; "" if none
 	BOSToken, EOSToken, PADToken, UNKToken string // "" when unset
 	AdditionalSpecialTokens                []string
 	// AddBOSToken / AddEOSToken are nil when the file does not set them.
