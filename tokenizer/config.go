@@ -105,7 +105,7 @@ func (t *Tokenizer) applyConfig(data []byte, name string) error {
 	}
 	if llamaClasses[c.TokenizerClass] {
 		if err := t.llamaPostProcessor(); err != nil {
-			return fail("add_bos_token", err)
+			return fail("add_bos_token/add_eos_token", err)
 		}
 	}
 	return nil

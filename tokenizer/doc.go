@@ -66,11 +66,17 @@
 // component. Truncation and padding in tokenizer.json are ignored, as
 // transformers ignores them.
 //
+// Chat templates, and the token masks that restrict the loss to assistant
+// turns, are in the subpackage chat.
+//
 // # Agreement with Hugging Face
 //
 // The golden tests compare every tokenizer in testdata/ with Hugging Face's
 // @huggingface/tokenizers over 1,000 varied strings. Where that JavaScript
 // port departs from the Rust library (its built-in GPT-2 regex uses
 // ECMAScript's \s, and its case-insensitive groups fold ASCII only), this
-// package follows Rust; those cases have their own tests.
+// package follows Rust; those cases have their own tests. Character classes
+// and normalization come from Go's Unicode 15.0 tables, so characters
+// assigned after Unicode 15.0 may split or normalize differently from a
+// library built on newer tables.
 package tokenizer

@@ -59,10 +59,29 @@ func loadTestdata(t testing.TB, name string, opt options) *Tokenizer {
 	if tk, ok := loaded.Load(key); ok {
 		return tk.(*Tokenizer)
 	}
+	var tk *Tokenizer
 	tokJSON, cfgJSON := testdataFiles(t, name)
-	tk, err := fromJSON(tokJSON, cfgJSON, name+"/tokenizer.json", name+"/tokenizer_config.json", opt)
-	if err != nil {
-		t.Fatal(err)
+	if opt.genericRegex {
+		// Same model, pre-tokenizer rebuilt with the generic regex engine.
+		base := *loadTestdata(t, name, options{})
+		var f struct {
+			PreTokenizer json.RawMessage `json:"pre_tokenizer"`
+		}
+		if err := json.Unmarshal(tokJSON, &f); err != nil {
+			t.Fatal(err)
+		}
+		pre, err := builder{opt: opt, bl: base.bl}.preTokenizer(f.PreTokenizer)
+		if err != nil {
+			t.Fatal(err)
+		}
+		base.pre = pre
+		tk = &base
+	} else {
+		var err error
+		tk, err = fromJSON(tokJSON, cfgJSON, name+"/tokenizer.json", name+"/tokenizer_config.json", opt)
+		if err != nil {
+			t.Fatal(err)
+		}
 	}
 	loaded.Store(key, tk)
 	return tk

@@ -80,7 +80,7 @@ func fromJSON(data, cfgData []byte, name, cfgName string, opt options) (*Tokeniz
 		return fmt.Errorf("tokenizer: %s: %s: %w", name, path, err)
 	}
 	bl := newByteLevel()
-	t := &Tokenizer{source: name, options: opt, bl: bl}
+	t := &Tokenizer{source: name, bl: bl}
 	b := builder{opt: opt, bl: bl}
 
 	model, err := buildBPE(f.Model)

@@ -21,10 +21,9 @@ type Tokenizer struct {
 	tokenToID map[string]int
 	special   map[int]bool // ids of added tokens with special=true
 
-	bl      *byteLevel
-	config  Config
-	ids     SpecialTokens
-	options options
+	bl     *byteLevel
+	config Config
+	ids    SpecialTokens
 }
 
 // addedVocab holds the added tokens and the two matchers that cut them out:
@@ -152,7 +151,12 @@ func (t *Tokenizer) IDToToken(id int) (string, bool) {
 		return "", false
 	}
 	tok := t.idToToken[id]
-	return tok, tok != "" || t.tokenToID[""] == id
+	if tok == "" {
+		// An unused id, unless the vocabulary really has an empty token.
+		emptyID, ok := t.tokenToID[""]
+		return "", ok && emptyID == id
+	}
+	return tok, true
 }
 
 // VocabSize is the number of ids in use plus holes, i.e. the largest id + 1
