@@ -191,6 +191,44 @@ func TestAssistantMask(t *testing.T) {
 	}
 }
 
+// mistralTemplate is Mistral-7B-Instruct-v0.1's chat template: no
+// generation prompt, and the assistant's turn is its content then eos_token.
+const mistralTemplate = "{{ bos_token }}{% for message in messages %}" +
+	"{% if (message['role'] == 'user') != (loop.index0 % 2 == 0) %}" +
+	"{{ raise_exception('Conversation roles must alternate user/assistant/user/assistant/...') }}{% endif %}" +
+	"{% if message['role'] == 'user' %}{{ '[INST] ' + message['content'] + ' [/INST]' }}" +
+	"{% elif message['role'] == 'assistant' %}{{ message['content'] + eos_token}}" +
+	"{% else %}{{ raise_exception('Only user and assistant roles are supported!') }}{% endif %}{% endfor %}"
+
+func TestAssistantMaskMistral(t *testing.T) {
+	tk := loadTokenizer(t, "mistral")
+	tmpl, err := chat.New(mistralTemplate, map[string]string{"bos_token": "<s>", "eos_token": "</s>"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	msgs := []chat.Message{
+		{Role: "user", Content: "What is 2+2?"}, {Role: "assistant", Content: "4"},
+		{Role: "user", Content: "And 3+3?"}, {Role: "assistant", Content: "It is 6."},
+	}
+	ids, mask, err := tmpl.Tokenize(tk, msgs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	text, _ := tmpl.Render(msgs, false)
+	if want := "<s>[INST] What is 2+2? [/INST]4</s>[INST] And 3+3? [/INST]It is 6.</s>"; text != want {
+		t.Fatalf("render = %q, want %q", text, want)
+	}
+	if !cmp.Equal(ids, tk.Encode(text, false)) {
+		t.Error("Tokenize ids are not the ids of the rendered conversation")
+	}
+	if got, want := spans(tk, ids, mask), []string{"4</s>", "It is 6.</s>"}; !cmp.Equal(got, want) {
+		t.Errorf("assistant spans (-want +got):\n%s", cmp.Diff(want, got))
+	}
+	if _, _, err := tmpl.Tokenize(tk, msgs[1:]); err == nil || !strings.Contains(err.Error(), "alternate") {
+		t.Errorf("raise_exception from the template: error %v", err)
+	}
+}
+
 func TestErrors(t *testing.T) {
 	if _, err := chat.New("{% if %}", nil); err == nil || !strings.Contains(err.Error(), "chat_template") {
 		t.Errorf("bad template: error %v", err)
