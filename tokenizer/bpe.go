@@ -109,15 +109,11 @@ func markerSafe(vocab map[string]int32) bool {
 	return true
 }
 
-// encodeWord appends the ids of one word.
+// encodeWord appends the ids of one word. The cache comes first: it is much
+// smaller than the vocabulary, so its lookups stay in the CPU caches.
 func (m *bpe) encodeWord(dst []int, word []byte) []int {
 	if len(word) == 0 {
 		return dst
-	}
-	if m.ignoreMerges {
-		if id, ok := m.vocab[string(word)]; ok {
-			return append(dst, int(id))
-		}
 	}
 	if ids, ok := m.cache.get(word); ok {
 		for _, id := range ids {
@@ -125,7 +121,12 @@ func (m *bpe) encodeWord(dst []int, word []byte) []int {
 		}
 		return dst
 	}
-	ids := m.mergeWord(word)
+	var ids []int32
+	if id, ok := m.lookupWhole(word); ok {
+		ids = []int32{id}
+	} else {
+		ids = m.mergeWord(word)
+	}
 	if len(word) < maxCachedWord {
 		m.cache.put(string(word), ids)
 	}
@@ -133,6 +134,15 @@ func (m *bpe) encodeWord(dst []int, word []byte) []int {
 		dst = append(dst, int(id))
 	}
 	return dst
+}
+
+// lookupWhole is ignore_merges: a word that is a token is that token.
+func (m *bpe) lookupWhole(word []byte) (int32, bool) {
+	if !m.ignoreMerges {
+		return 0, false
+	}
+	id, ok := m.vocab[string(word)]
+	return id, ok
 }
 
 // mergeWord runs BPE on one word and returns its ids.
