@@ -114,16 +114,15 @@ func runEstimate(args []string, stdout, stderr io.Writer) int {
 	}
 
 	// The config, as dszero train would read it for this many ranks.
-	name, raw := "<embedded default ds_config>", defaultConfig
-	if *cfgPath != "" {
-		n, b, err := dsconfig.ReadInput(*cfgPath)
-		if err != nil {
-			fmt.Fprintf(stderr, "dszero estimate: --deepspeed: %v\n", err)
-			return 1
-		}
-		name, raw = n, b
+	plan, diags, note, err := compileDSConfig(*cfgPath, in.Hardware.GPUs(), hf)
+	if err != nil {
+		fmt.Fprintf(stderr, "dszero estimate: --deepspeed: %v\n", err)
+		return 1
 	}
-	plan, diags := dsconfig.Compile(name, raw, dsconfig.Options{WorldSize: in.Hardware.GPUs(), HF: hf()})
+	name := plan.File
+	if note != "" {
+		fmt.Fprintf(stderr, "dszero estimate: note: %s\n", note)
+	}
 	for _, d := range diags {
 		if d.Severity == dsconfig.Error || d.Severity == dsconfig.Warning {
 			fmt.Fprintln(stderr, d.String())

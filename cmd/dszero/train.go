@@ -3,14 +3,12 @@ package main
 import (
 	_ "embed"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"os"
 	"strings"
 
 	"github.com/dszero/dszero/comm"
-	"github.com/dszero/dszero/dsconfig"
 	"github.com/dszero/dszero/model/gpt"
 )
 
@@ -41,7 +39,7 @@ func runTrain(args []string, stdout, stderr io.Writer) (code int) {
 		}
 	}()
 	defer j.close()
-	for _, step := range []func() error{j.compilePlan, j.newRanks, j.loadModel, j.loadData} {
+	for _, step := range []func() error{j.checkOutputs, j.compilePlan, j.newRanks, j.loadModel, j.loadData} {
 		if err := step(); err != nil {
 			return j.fail(err)
 		}
@@ -76,7 +74,7 @@ type trainFlags struct {
 	loadDir                      string
 	nproc                        int
 	nprocSet                     bool // --nproc or --num_gpus was given
-	hf                           func() *dsconfig.HFArgs
+	hf                           *hfOptions
 }
 
 // usageError is a command line that cannot run (exit code 2).
@@ -105,32 +103,35 @@ func exitCode(err error, cmd string, stderr io.Writer) int {
 var errFlagsPrinted = errors.New("bad flags")
 
 func parseTrainFlags(args []string, stderr io.Writer) (*trainFlags, error) {
-	f := &trainFlags{}
-	fs := flag.NewFlagSet("dszero train", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	f := &trainFlags{steps: 0, seed: 1234, nproc: 1}
+	fs := newFlagSet("dszero train", stderr)
 	fs.StringVar(&f.cfgPath, "deepspeed", "", "ds_config.json (default: the embedded default config)")
 	fs.StringVar(&f.fsdpFile, "fsdp-config", "", "an Accelerate FSDP config (YAML), instead of --deepspeed")
 	fs.StringVar(&f.fsdpOpts, "fsdp", "", `HF Trainer's --fsdp options, e.g. "full_shard auto_wrap", instead of --deepspeed`)
 	fs.StringVar(&f.fsdpJSON, "fsdp_config", "", "HF Trainer's fsdp_config JSON (with --fsdp)")
-	fs.IntVar(&f.shardGroup, "shard-group-size", 0, "HYBRID_SHARD: ranks per shard group (default: the processes of one machine)")
+	intAtLeast(fs, &f.shardGroup, "shard-group-size", 0, "ranks", "HYBRID_SHARD: ranks per shard group (default: the processes of one machine)")
 	fs.StringVar(&f.saveModel, "save-model", "", "write the consolidated final weights as a Hugging Face GPT-2 directory (model.safetensors + config.json)")
 	fs.StringVar(&f.modelArg, "model", "small", "model preset ("+strings.Join(gpt.PresetNames(), ", ")+") or a Hugging Face GPT-2 directory (config.json + model.safetensors)")
 	fs.StringVar(&f.dataPath, "data", "", "training text, a nanoGPT .bin of uint16 token ids, or \"random\" (uniform ids, for throughput runs) (default: embedded Tiny Shakespeare)")
-	fs.IntVar(&f.steps, "steps", 0, "optimizer steps (default: --max_steps, else the scheduler's total_num_steps, else 100)")
-	fs.IntVar(&f.seq, "seq", 0, "tokens per sample (default: min(model context, 128))")
+	intAtLeast(fs, &f.steps, "steps", 1, "optimizer steps (leave --steps out for the default)",
+		"optimizer steps; with --load the total, counting the checkpoint's (default: --max_steps, else the scheduler's total_num_steps, else 100)")
+	intAtLeast(fs, &f.seq, "seq", 1, "tokens per sample", "tokens per sample (default: min(model context, 128))")
 	fs.StringVar(&f.jsonLog, "json-log", "", "write one JSON object per optimizer step to this file")
-	fs.StringVar(&f.devMem, "device-memory", "", "per-rank device memory budget, e.g. 4GiB (default unlimited)")
-	fs.Uint64Var(&f.seed, "seed", 1234, "seed of the random initialization")
+	fs.StringVar(&f.devMem, "device-memory", "", "per-rank device memory budget with its unit, e.g. 4GiB or 512MiB (default unlimited)")
+	fs.Uint64Var(&f.seed, "seed", f.seed, "seed of the random initialization")
 	fs.BoolVar(&f.gradCkpt, "gradient_checkpointing", false, "recompute each block in backward (also on with an activation_checkpointing block)")
 	fs.StringVar(&f.blasName, "blas", "auto", "matmul backend: auto, openblas or gonum")
-	fs.IntVar(&f.threads, "threads", 0, "BLAS threads (default: OpenBLAS's own)")
+	intAtLeast(fs, &f.threads, "threads", 0, "threads", "BLAS threads (default: OpenBLAS's own)")
 	fs.BoolVar(&f.quiet, "quiet", false, "no progress bar")
 	fs.StringVar(&f.cpuProfile, "cpuprofile", "", "write a CPU profile (go tool pprof) to this file")
-	fs.StringVar(&f.saveDir, "save", "", "write DeepSpeed-layout checkpoints to this directory (after the last step, and every --save-interval steps)")
-	fs.IntVar(&f.saveEvery, "save-interval", 0, "steps between checkpoints (with --save; 0: only after the last step)")
+	save := aliasVar(fs, &f.saveDir, parseString, "write DeepSpeed-layout checkpoints DIR/global_stepN to this directory (after the last step, and every --save-interval steps)",
+		"save", "output_dir")
+	every := aliasVar(fs, &f.saveEvery, atLeast(0, "steps"), "steps between checkpoints (with --save; 0: only after the last step)", "save-interval", "save_steps")
 	fs.StringVar(&f.loadDir, "load", "", "resume from this checkpoint directory's latest checkpoint (--steps is then the total)")
-	fs.IntVar(&f.nproc, "nproc", 1, "data-parallel ranks, run in this process (the plan's world size); under mpirun, one rank per process instead")
-	fs.IntVar(&f.nproc, "num_gpus", 1, "alias of --nproc (DeepSpeed's launcher flag)")
+	var resume string
+	fs.StringVar(&resume, "resume_from_checkpoint", "", `HF's flag: "true" resumes from the latest checkpoint under --output_dir (--save), a path from that checkpoint directory (as --load)`)
+	procs := aliasVar(fs, &f.nproc, atLeast(1, "ranks"), "data-parallel ranks, run in this process (the plan's world size); under mpirun, one rank per process instead",
+		"nproc", "num_gpus")
 	f.hf = hfFlags(fs)
 	if err := fs.Parse(args); err != nil {
 		return nil, errFlagsPrinted
@@ -138,12 +139,28 @@ func parseTrainFlags(args []string, stderr io.Writer) (*trainFlags, error) {
 	if fs.NArg() > 0 {
 		return nil, usagef("unexpected argument %q", fs.Arg(0))
 	}
-	fs.Visit(func(fl *flag.Flag) { f.nprocSet = f.nprocSet || fl.Name == "nproc" || fl.Name == "num_gpus" })
+	f.nprocSet = procs.set()
+	switch strings.ToLower(resume) {
+	case "", "false":
+	case "true":
+		if !save.set() {
+			return nil, usagef("--resume_from_checkpoint true resumes from the latest checkpoint in --output_dir (or --save); give that directory")
+		}
+		resume = f.saveDir
+		fallthrough
+	default:
+		if f.loadDir != "" && f.loadDir != resume {
+			return nil, usagef("--load %s and --resume_from_checkpoint %s name two checkpoints; give one", f.loadDir, resume)
+		}
+		f.loadDir = resume
+	}
 	switch {
 	case f.fsdpFile != "" && f.fsdpJSON != "":
 		return nil, usagef("--fsdp-config (Accelerate) and --fsdp_config (Trainer) are two dialects; give one")
 	case f.fsdp().given() && f.cfgPath != "":
 		return nil, usagef("--deepspeed and an FSDP setup (--fsdp-config, --fsdp) both say how to shard; give one")
+	case every.set() && !save.set():
+		return nil, usagef("--%s %d needs --save DIR (or --output_dir) to write the checkpoints to", every.by, f.saveEvery)
 	}
 	return f, nil
 }
@@ -165,7 +182,7 @@ func (j *trainJob) launch() error {
 		if nprocSet {
 			world = nproc
 		}
-		if j.fp, j.fdiags = src.load(world, f.hf(), f.gradCkpt); !j.fdiags.HasErrors() && !nprocSet && j.fp.NumProcesses > 1 {
+		if j.fp, j.fdiags = src.load(world, f.hf.forFSDP(), f.gradCkpt); !j.fdiags.HasErrors() && !nprocSet && j.fp.NumProcesses > 1 {
 			nproc, nprocSet = j.fp.NumProcesses, true
 		}
 	}

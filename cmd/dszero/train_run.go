@@ -3,6 +3,8 @@ package main
 import (
 	"encoding/json"
 	"fmt"
+	"io"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"runtime/pprof"
@@ -14,11 +16,14 @@ import (
 	"github.com/dszero/dszero/model/gpt"
 	"github.com/dszero/dszero/train"
 	"github.com/schollz/progressbar/v3"
+	"golang.org/x/term"
 )
 
 // trainResult is what a finished run reports.
 type trainResult struct {
 	first, last train.Record
+	ran         int   // steps run (after a resumed checkpoint's)
+	resumedAt   int64 // the step of the checkpoint resumed from; 0 without --load
 	elapsed     time.Duration
 	final       []float32 // the consolidated weights, with --save-model
 	saveModel   string    // where they go
@@ -40,10 +45,16 @@ func (j *trainJob) train() (trainResult, error) {
 	}
 	stdout, n := j.stdout, j.steps
 	fmt.Fprintf(stdout, "dszero: %s | model %s (%s parameters) | data %s (%d tokens)\n", j.name, f.modelArg, paramCount(j.mcfg.NumParams()), j.corpus.Name, j.corpus.Len())
-	fmt.Fprintf(stdout, "        %s | batch %d × %d tokens × %d accumulation | %d steps | matmul: %s\n",
-		summary(plan), j.B, j.T, j.gas, n, j.engine.Description())
+	steps := fmt.Sprintf("%d steps", n)
+	if f.loadDir != "" {
+		steps = fmt.Sprintf("to step %d, resuming", n)
+	}
+	fmt.Fprintf(stdout, "        %s | batch %d × %d tokens × %d accumulation | %s | matmul: %s\n",
+		summary(plan), j.B, j.T, j.gas, steps, j.engine.Description())
+	// A bar on a terminal; elsewhere (a log file, a pipe) its \r frames
+	// would pile up, and the step lines below are the progress.
 	var bar *progressbar.ProgressBar
-	if !f.quiet {
+	if !f.quiet && isTerminal(j.stderr) {
 		bar = progressbar.NewOptions(n, progressbar.OptionSetWriter(j.stderr), progressbar.OptionSetDescription("training"),
 			progressbar.OptionShowCount(), progressbar.OptionThrottle(200*time.Millisecond), progressbar.OptionClearOnFinish())
 	}
@@ -57,7 +68,6 @@ func (j *trainJob) train() (trainResult, error) {
 		}
 		j.closers = append(j.closers, func() { pprof.StopCPUProfile(); pf.Close() })
 	}
-	start := time.Now()
 	var initRange func([]float32, int) error
 	if j.weights != nil {
 		initRange = j.weights.ReadRange
@@ -68,16 +78,32 @@ func (j *trainJob) train() (trainResult, error) {
 	if res.saveModel == "" && f.saveDir != "" && (j.fp.StateDict == fsdpconfig.FullStateDict || plan.Zero.Stage == 3 && plan.Zero.Gather16BitWeightsOnModelSave) {
 		res.saveModel = filepath.Join(f.saveDir, "consolidated")
 	}
+	start := time.Now()
 	final, err := train.Run(train.Config{Plan: plan, Model: j.mcfg, InitRange: initRange, Seed: f.seed, ReturnParams: res.saveModel != "", Batches: j.loader, SeqLen: j.T, Steps: n, Devices: j.devs, Comm: j.l.comm(),
 		Checkpoint: f.gradCkpt || plan.ActivationCheckpointing.Present || j.fp.ActivationCkpt, CPUCheckpoint: plan.ActivationCheckpointing.CPUCheckpointing,
 		KeepAfterForward: j.fp.KeepAfterForward, WrapMinNumParams: j.fp.WrapMinNumParams,
 		SaveDir: f.saveDir, SaveInterval: f.saveEvery, LoadDir: f.loadDir,
+		OnCheckpoint: func(ev train.CheckpointEvent) {
+			if bar != nil {
+				bar.Clear()
+			}
+			if !ev.Saved {
+				res.resumedAt = ev.Step
+				if bar != nil {
+					bar.ChangeMax(max(0, n-int(ev.Step)))
+				}
+				fmt.Fprintf(stdout, "resumed from %s (step %d)\n", ev.Path(), ev.Step)
+				return
+			}
+			fmt.Fprintf(stdout, "saved %s (%s, %.2f s)\n", ev.Path(), mem.FormatBytes(dirSize(ev.Path())), ev.Elapsed.Seconds())
+		},
 		Warn: func(msg string) { fmt.Fprintf(j.stderr, "dszero train: warning: %s\n", msg) }},
 		func(r train.Record) error {
-			if r.Step == 1 {
+			if res.ran == 0 {
 				res.first = r
 			}
 			res.last = r
+			res.ran++
 			if bar != nil {
 				bar.Add(1)
 			}
@@ -86,11 +112,11 @@ func (j *trainJob) train() (trainResult, error) {
 					return fmt.Errorf("--json-log: %w", err)
 				}
 			}
-			if every := plan.StepsPerPrint; every > 0 && r.Step%every == 0 || r.Step == 1 || int(r.Step) == n {
+			if every := plan.StepsPerPrint; every > 0 && r.Step%every == 0 || res.ran == 1 || int(r.Step) == n {
 				if bar != nil {
 					bar.Clear()
 				}
-				j.stepLine(r)
+				j.stepLine(r, time.Since(start), res.ran)
 			}
 			return nil
 		})
@@ -101,11 +127,14 @@ func (j *trainJob) train() (trainResult, error) {
 	return res, err
 }
 
-// stepLine is the line printed every steps_per_print steps.
-func (j *trainJob) stepLine(r train.Record) {
+// stepLine is the line printed every steps_per_print steps, ran steps
+// (of this run) and el after training started.
+func (j *trainJob) stepLine(r train.Record, el time.Duration, ran int) {
 	stdout := j.stdout
-	fmt.Fprintf(stdout, "step %5d/%d | loss %.4f | lr %.3e | loss scale %g | grad norm %.3f%s | %.0f tokens/s | peak %s%s\n",
-		r.Step, j.steps, r.Loss, r.LR, r.LossScale, r.GradNorm, skipped(r.Skipped), r.TokensPerS, mem.FormatBytes(r.Peak["total"]), maxRank(r, j.nproc))
+	left := time.Duration(float64(el) / float64(ran) * float64(j.steps-int(r.Step)))
+	fmt.Fprintf(stdout, "step %5d/%d | loss %.4f | lr %.3e | loss scale %g | grad norm %.3f%s | %.0f tokens/s | peak %s%s | %s, %s left\n",
+		r.Step, j.steps, r.Loss, r.LR, r.LossScale, r.GradNorm, skipped(r.Skipped), r.TokensPerS, mem.FormatBytes(r.Peak["total"]), maxRank(r, j.nproc),
+		roundDuration(el), roundDuration(left))
 	if b := r.Breakdown; b != nil {
 		fmt.Fprintf(stdout, "      time (ms) | forward: %.1f | backward: %.1f | step: %.1f", b.ForwardMS, b.BackwardMS, b.StepMS)
 		if b.Gathers > 0 {
@@ -127,8 +156,16 @@ func (j *trainJob) report(res trainResult) error {
 		fmt.Fprintf(stdout, "consolidated weights written to %s (model.safetensors + config.json)\n", res.saveModel)
 	}
 	first, last, el := res.first, res.last, res.elapsed
-	fmt.Fprintf(stdout, "done: %d steps in %s, loss %.4f → %.4f, %.0f tokens/s overall\n", last.Step, el.Round(time.Millisecond), first.Loss, last.Loss,
-		float64(int(last.Step)*j.B*j.T*j.gas*j.nproc)/el.Seconds())
+	switch {
+	case res.ran == 0:
+		fmt.Fprintf(stdout, "done: nothing to train: the checkpoint is at step %d and --steps %d is the total; give a larger --steps to train on\n", res.resumedAt, j.steps)
+	case res.resumedAt > 0:
+		fmt.Fprintf(stdout, "done: %d steps (%d to %d) in %s, loss %.4f → %.4f, %.0f tokens/s overall\n", res.ran, first.Step, last.Step, el.Round(time.Millisecond),
+			first.Loss, last.Loss, float64(res.ran*j.B*j.T*j.gas*j.nproc)/el.Seconds())
+	default:
+		fmt.Fprintf(stdout, "done: %d steps in %s, loss %.4f → %.4f, %.0f tokens/s overall\n", res.ran, el.Round(time.Millisecond), first.Loss, last.Loss,
+			float64(res.ran*j.B*j.T*j.gas*j.nproc)/el.Seconds())
+	}
 	for i, a := range j.accts {
 		r := j.ranks[i]
 		if r > 0 && r < j.nproc-1 {
@@ -182,4 +219,38 @@ func paramCount(n int) string {
 		return fmt.Sprintf("%.1fK", float64(n)/1e3)
 	}
 	return fmt.Sprint(n)
+}
+
+// dirSize is the bytes of the files under dir (0 when it cannot be read:
+// the size is for the reader, the checkpoint's manifest is the record).
+func dirSize(dir string) int64 {
+	var n int64
+	filepath.WalkDir(dir, func(_ string, d fs.DirEntry, err error) error {
+		if err == nil && d.Type().IsRegular() {
+			if fi, err := d.Info(); err == nil {
+				n += fi.Size()
+			}
+		}
+		return nil
+	})
+	return n
+}
+
+// roundDuration keeps a duration to the precision a reader wants: 850ms,
+// 12.3s, 4m51s.
+func roundDuration(d time.Duration) time.Duration {
+	switch {
+	case d < time.Second:
+		return d.Round(time.Millisecond)
+	case d < time.Minute:
+		return d.Round(100 * time.Millisecond)
+	}
+	return d.Round(time.Second)
+}
+
+// isTerminal reports whether w is a terminal (a progress bar can redraw
+// itself there).
+func isTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	return ok && term.IsTerminal(int(f.Fd()))
 }

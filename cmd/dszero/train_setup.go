@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -58,23 +59,24 @@ func (j *trainJob) close() {
 // the job's world size and prints its diagnostics.
 func (j *trainJob) compilePlan() error {
 	f := j.f
-	name, raw := "<embedded default ds_config>", defaultConfig
-	if f.cfgPath != "" {
-		n, b, err := dsconfig.ReadInput(f.cfgPath)
-		if err != nil {
-			return err
-		}
-		name, raw = n, b
-	}
 	var diags dsconfig.Diagnostics
+	var name string
 	if src := f.fsdp(); src.given() {
 		if !printFSDPDiags(j.diagw, j.fdiags, false) {
 			return fmt.Errorf("%s: the FSDP setup has errors or asks for what dszero does not run (see above)", src.name())
 		}
 		name = src.name()
-		j.plan, diags = dsPlan(src, j.fp, j.nproc, f.hf())
+		j.plan, diags = dsPlan(src, j.fp, j.nproc, f.hf.forFSDP())
 	} else {
-		j.plan, diags = dsconfig.Compile(name, raw, dsconfig.Options{WorldSize: j.nproc, HF: f.hf()})
+		var err error
+		var note string
+		if j.plan, diags, note, err = compileDSConfig(f.cfgPath, j.nproc, f.hf); err != nil {
+			return err
+		}
+		name = j.plan.File
+		if note != "" {
+			fmt.Fprintf(j.diagw, "dszero train: note: %s\n", note)
+		}
 	}
 	j.name = name
 	for _, d := range diags {
@@ -95,8 +97,8 @@ func (j *trainJob) newRanks() error {
 	budget := mem.Unlimited
 	if f.devMem != "" {
 		var err error
-		if budget, err = device.ParseBytes(f.devMem); err != nil {
-			return fmt.Errorf("--device-memory: %w", err)
+		if budget, err = parseBudget("--device-memory", f.devMem); err != nil {
+			return err
 		}
 	}
 	backend, err := blas.ParseBackend(f.blasName)
@@ -163,7 +165,7 @@ func (j *trainJob) loadData() error {
 	if j.T > mcfg.Context {
 		return fmt.Errorf("--seq %d is longer than the model's context of %d tokens", j.T, mcfg.Context)
 	}
-	hf := f.hf()
+	hf := f.hf.args()
 	switch {
 	case f.steps > 0:
 		j.steps = f.steps
@@ -178,4 +180,57 @@ func (j *trainJob) loadData() error {
 	var err error
 	j.loader, err = data.NewLoader(j.corpus, data.Layout{B: j.B, T: j.T, GAS: j.gas, World: j.nproc})
 	return err
+}
+
+// checkOutputs makes sure, before anything trains, that the directories
+// the run writes at its end (--save, --save-model) can be written: a
+// read-only or mistyped path fails now, not after the last step.
+func (j *trainJob) checkOutputs() error {
+	f := j.f
+	if f.saveDir != "" {
+		if err := writableDir(f.saveDir); err != nil {
+			return fmt.Errorf("--save %s: %w", f.saveDir, err)
+		}
+	}
+	if f.saveModel != "" && j.l.lead() {
+		if err := writableDir(f.saveModel); err != nil {
+			return fmt.Errorf("--save-model %s: %w", f.saveModel, err)
+		}
+	}
+	if f.loadDir != "" {
+		if st, err := os.Stat(f.loadDir); err != nil || !st.IsDir() {
+			return fmt.Errorf("--load %s: no such checkpoint directory (give the directory --save wrote, the one with the latest file)", f.loadDir)
+		}
+	}
+	return nil
+}
+
+// writableDir checks that dir is a directory this process can create
+// files in, or can be created: it writes and removes a probe file in dir,
+// or in its nearest existing parent. Nothing is left behind.
+func writableDir(dir string) error {
+	at := filepath.Clean(dir)
+	for {
+		st, err := os.Stat(at)
+		if err == nil {
+			if !st.IsDir() {
+				if at == filepath.Clean(dir) {
+					return fmt.Errorf("it exists and is not a directory")
+				}
+				return fmt.Errorf("%s is a file, so no directory can be made under it", at)
+			}
+			break
+		}
+		parent := filepath.Dir(at) // missing, or under a file (ENOTDIR)
+		if parent == at {
+			return err
+		}
+		at = parent
+	}
+	probe, err := os.CreateTemp(at, ".dszero-write-check-*")
+	if err != nil {
+		return fmt.Errorf("cannot write in %s (%w); give a writable directory", at, errors.Unwrap(err))
+	}
+	probe.Close()
+	return os.Remove(probe.Name())
 }
