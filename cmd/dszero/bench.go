@@ -14,8 +14,8 @@ import (
 
 	"github.com/dszero/dszero/blas"
 	"github.com/dszero/dszero/data"
-	"github.com/dszero/dszero/device"
 	"github.com/dszero/dszero/dsconfig"
+	"github.com/dszero/dszero/dsconfig/lenient"
 	"github.com/dszero/dszero/estimate"
 	"github.com/dszero/dszero/mem"
 	"github.com/dszero/dszero/model"
@@ -104,8 +104,8 @@ func runBench(args []string, stdout, stderr io.Writer) int {
 	budget := mem.Unlimited
 	if *devMem != "" {
 		var err error
-		if budget, err = device.ParseBytes(*devMem); err != nil {
-			return usage("--device-memory: %v", err)
+		if budget, err = parseBudget("--device-memory", *devMem); err != nil {
+			return usage("%v", err)
 		}
 	}
 	mc, err := modelConfig(*modelArg)
@@ -121,13 +121,9 @@ func runBench(args []string, stdout, stderr io.Writer) int {
 	}
 	base := map[string]any{"optimizer": map[string]any{"type": "AdamW", "params": map[string]any{"lr": 1e-4}}, "zero_force_ds_cpu_optimizer": false}
 	if *cfgPath != "" {
-		_, raw, err := dsconfig.ReadInput(*cfgPath)
-		if err == nil {
-			base = map[string]any{}
-			err = json.Unmarshal(raw, &base)
-		}
-		if err != nil {
-			return usage("--deepspeed %s: %v (bench needs plain JSON)", *cfgPath, err)
+		var err error
+		if base, err = readBaseConfig(*cfgPath); err != nil {
+			return usage("--deepspeed: %v", err)
 		}
 	}
 	nvmeDir := *nvmePath
@@ -185,6 +181,29 @@ func runBench(args []string, stdout, stderr io.Writer) int {
 		}
 	}
 	return 0
+}
+
+// readBaseConfig reads bench's --deepspeed as every command reads a
+// ds_config (comments, Hjson and all, through dsconfig's reader), as plain
+// values that each variant then edits.
+func readBaseConfig(path string) (map[string]any, error) {
+	name, raw, _, err := readDSConfig(path, nil)
+	if err != nil {
+		return nil, err
+	}
+	root, err := lenient.Parse(name, raw)
+	if err != nil {
+		return nil, err
+	}
+	js, err := root.MarshalJSON()
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", name, err)
+	}
+	base := map[string]any{}
+	if err := json.Unmarshal(js, &base); err != nil {
+		return nil, fmt.Errorf("%s: the top level is not an object: %w", name, err)
+	}
+	return base, nil
 }
 
 // benchOne trains one variant and measures it.

@@ -123,3 +123,21 @@ func TestBenchPartialOffload(t *testing.T) {
 		}
 	}
 }
+
+// TestBenchReadsConfigsAsTrainDoes: bench reads --deepspeed through
+// dsconfig's reader, so the repository's commented example (which train
+// reads) works, and a syntax error is positioned; a budget needs a unit.
+func TestBenchReadsConfigsAsTrainDoes(t *testing.T) {
+	code, out, errs := runCLI("bench", "--deepspeed", "../../examples/ds_config_zero2.json", "--model", "tiny", "--seq", "16", "--steps", "2", "--stages", "2")
+	if code != 0 || !strings.Contains(out, "stage 2                    ok") {
+		t.Errorf("commented example: exit %d\n%s%s", code, out, errs)
+	}
+	bad := filepath.Join(t.TempDir(), "bad.json")
+	os.WriteFile(bad, []byte("{\n  // a comment\n  \"zero_optimization\": {\"stage\": }\n}\n"), 0o644)
+	if code, _, errs := runCLI("bench", "--deepspeed", bad, "--model", "tiny", "--seq", "16"); code != 2 || !strings.Contains(errs, "bad.json:3:34: ") {
+		t.Errorf("syntax error: exit %d: %s", code, errs)
+	}
+	if code, _, errs := runCLI("bench", "--device-memory", "64", "--model", "tiny", "--seq", "16"); code != 2 || !strings.Contains(errs, "--device-memory 64: give a unit") {
+		t.Errorf("--device-memory 64: exit %d: %s", code, errs)
+	}
+}
