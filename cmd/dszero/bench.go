@@ -3,7 +3,6 @@ package main
 import (
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -61,8 +60,7 @@ type benchReport struct {
 var modelStateCats = []mem.Category{mem.Params16, mem.MasterParams, mem.Grads, mem.OptimState}
 
 func runBench(args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("dszero bench", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs := newFlagSet("dszero bench", stderr)
 	cfgPath := fs.String("deepspeed", "", "base ds_config (default: AdamW, fp32); its zero_optimization stage and offload are set per variant (its offload_optimizer.ratio is kept at stage 3 with cpu)")
 	stagesArg := fs.String("stages", "0,1,2,3", "ZeRO stages to run")
 	offloadArg := fs.String("offload", "none", "offload devices to run at each stage that has them: none, cpu, nvme (comma-separated)")

@@ -14,21 +14,6 @@ import (
 	"github.com/dszero/dszero/stage3"
 )
 
-func runConfig(args []string, stdout, stderr io.Writer) int {
-	if len(args) == 0 {
-		fmt.Fprintf(stderr, "dszero config: want check or explain\n\n%s", usage)
-		return 2
-	}
-	switch args[0] {
-	case "check":
-		return runCheck(args[1:], stdout, stderr)
-	case "explain":
-		return runExplain(args[1:], stdout, stderr)
-	}
-	fmt.Fprintf(stderr, "dszero config: unknown subcommand %q (want check or explain)\n", args[0])
-	return 2
-}
-
 // parseInterleaved parses flags that may come after positional arguments.
 func parseInterleaved(fs *flag.FlagSet, args []string) ([]string, error) {
 	var pos []string
@@ -45,8 +30,7 @@ func parseInterleaved(fs *flag.FlagSet, args []string) ([]string, error) {
 }
 
 func runCheck(args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("dszero config check", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs := newFlagSet("dszero config check", stderr)
 	world := fs.Int("world-size", 8, "data-parallel world size for the batch arithmetic")
 	quiet := fs.Bool("q", false, "print errors only")
 	hf := hfFlags(fs)
@@ -116,8 +100,7 @@ func summary(p dsconfig.Plan) string {
 }
 
 func runExplain(args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("dszero config explain", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs := newFlagSet("dszero config explain", stderr)
 	world := fs.Int("world-size", 1, "data-parallel world size")
 	asJSON := fs.Bool("json", false, "write the plan as JSON")
 	modelArg := fs.String("model", "", "at stage 3, also show the units this model (a preset or a directory with config.json) is gathered in")

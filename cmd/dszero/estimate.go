@@ -19,8 +19,7 @@ import (
 // runEstimate is `dszero estimate`: DeepSpeed's memory estimators and
 // dszero's own estimate for a config, before anything runs.
 func runEstimate(args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("dszero estimate", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs := newFlagSet("dszero estimate", stderr)
 	modelArg := fs.String("model", "", "model preset ("+strings.Join(gpt.PresetNames(), ", ")+") or a Hugging Face GPT-2 directory (its config.json)")
 	paramsArg := fs.String("params", "", "instead of --model: the total parameters of a hypothetical model, e.g. 7.5e9 or 7.5B")
 	largestArg := fs.String("largest-layer", "", "with --params: the most parameters one module holds, for ZeRO-3's estimator, e.g. 65M")

@@ -17,13 +17,14 @@ import (
 // values is an error, not last-one-wins.
 type alias[T comparable] struct {
 	p     *T
-	by    string // the name that set it; "" while it holds its default
+	names []string // dszero's name first
+	by    string   // the name that set it; "" while it holds its default
 	parse func(string) (T, error)
 }
 
 // aliasVar registers names (the first is dszero's) for *p.
 func aliasVar[T comparable](fs *flag.FlagSet, p *T, parse func(string) (T, error), usage string, names ...string) *alias[T] {
-	a := &alias[T]{p: p, parse: parse}
+	a := &alias[T]{p: p, names: names, parse: parse}
 	for i, n := range names {
 		u := usage
 		if i > 0 {
@@ -59,6 +60,22 @@ func (f aliasFlag[T]) Set(s string) error {
 	}
 	*f.a.p, f.a.by = v, f.name
 	return nil
+}
+
+// aliases are the flag's names, dszero's first (printFlags lists them
+// together).
+func (f aliasFlag[T]) aliases() []string { return f.a.names }
+
+// typeName is what printFlags shows as the flag's argument.
+func (f aliasFlag[T]) typeName() string {
+	var zero T
+	switch any(zero).(type) {
+	case int, int64:
+		return "int"
+	case string:
+		return "string"
+	}
+	return "value"
 }
 
 func (f aliasFlag[T]) IsBoolFlag() bool {
@@ -109,9 +126,10 @@ func parseBudget(flagName, s string) (int64, error) {
 // sets train_micro_batch_size_per_gpu and leaves DeepSpeed's reading of
 // the rest of the config as it is.
 type hfOptions struct {
-	fs    *flag.FlagSet
-	a     dsconfig.HFArgs
-	micro *alias[int64]
+	fs         *flag.FlagSet
+	a          dsconfig.HFArgs
+	microBatch int64 // --micro-batch, 0 when not given
+	micro      *alias[int64]
 }
 
 // hfNames are the flags that switch HF mode on.
@@ -123,10 +141,10 @@ func hfFlags(fs *flag.FlagSet) *hfOptions {
 	h := &hfOptions{fs: fs, a: dsconfig.DefaultHFArgs()}
 	a := &h.a
 	fs.Float64Var(&a.LearningRate, "learning_rate", a.LearningRate, "HF: learning rate")
-	h.micro = aliasVar(fs, &a.PerDeviceTrainBatchSize, func(s string) (int64, error) {
+	h.micro = aliasVar(fs, &h.microBatch, func(s string) (int64, error) {
 		n, err := atLeast(1, "samples")(s)
 		return int64(n), err
-	}, "samples per rank per micro-step (train_micro_batch_size_per_gpu); alone it sets just that, with other HF flags it is HF's",
+	}, "samples per rank per micro-step: sets train_micro_batch_size_per_gpu; with other HF flags, HF's --per_device_train_batch_size filling \"auto\" (default: the config's; HF's 8 in HF mode)",
 		"micro-batch", "per_device_train_batch_size")
 	fs.Int64Var(&a.GradientAccumulationSteps, "gradient_accumulation_steps", a.GradientAccumulationSteps, "HF: accumulation steps")
 	fs.Float64Var(&a.MaxGradNorm, "max_grad_norm", a.MaxGradNorm, "HF: gradient clipping")
@@ -155,6 +173,9 @@ func (h *hfOptions) args() *dsconfig.HFArgs {
 		return nil
 	}
 	a := h.a
+	if h.micro.set() {
+		a.PerDeviceTrainBatchSize = h.microBatch
+	}
 	return &a
 }
 
@@ -164,7 +185,7 @@ func (h *hfOptions) microOverride() int64 {
 	if h.args() != nil || !h.micro.set() {
 		return 0
 	}
-	return h.a.PerDeviceTrainBatchSize
+	return h.microBatch
 }
 
 // forFSDP is the HF arguments an FSDP setup's ds_config is filled from:
@@ -189,12 +210,55 @@ func (h *hfOptions) options(world int) dsconfig.Options {
 
 // newFlagSet is a subcommand's flag set. A bad flag prints the flag
 // package's one-line error and a pointer to the command's help, not the
-// whole flag list.
+// whole flag list; asked for -h with a flagHelp as stderr (by dszero
+// help), it writes its flags there.
 func newFlagSet(name string, stderr io.Writer) *flag.FlagSet {
 	fs := flag.NewFlagSet(name, flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.Usage = func() {
+		if h, ok := stderr.(*flagHelp); ok {
+			printFlags(h, fs)
+			return
+		}
 		fmt.Fprintf(stderr, "run 'dszero help %s' for its flags and examples\n", strings.TrimPrefix(name, "dszero "))
 	}
 	return fs
+}
+
+// flagHelp collects a command's flag list for dszero help.
+type flagHelp struct{ strings.Builder }
+
+// printFlags lists a flag set's flags, sorted, in the style the help
+// text uses: --name TYPE, the names of one setting on one line
+// (--nproc, --num_gpus int), defaults shown unless zero.
+func printFlags(w io.Writer, fs *flag.FlagSet) {
+	fs.VisitAll(func(f *flag.Flag) {
+		names := []string{f.Name}
+		if a, ok := f.Value.(interface{ aliases() []string }); ok {
+			if names = a.aliases(); names[0] != f.Name {
+				return // listed under dszero's name
+			}
+		}
+		typ, usage := flag.UnquoteUsage(f)
+		if t, ok := f.Value.(interface{ typeName() string }); ok && typ == "value" {
+			typ = t.typeName()
+		}
+		if b, ok := f.Value.(interface{ IsBoolFlag() bool }); ok && b.IsBoolFlag() {
+			typ = ""
+		}
+		line := "  --" + strings.Join(names, ", --")
+		if typ != "" {
+			line += " " + typ
+		}
+		switch f.DefValue {
+		case "", "0", "false":
+		default:
+			if typ == "string" {
+				usage += fmt.Sprintf(" (default %q)", f.DefValue)
+			} else {
+				usage += fmt.Sprintf(" (default %s)", f.DefValue)
+			}
+		}
+		fmt.Fprintf(w, "%s\n    \t%s\n", line, strings.ReplaceAll(usage, "\n", "\n    \t"))
+	})
 }
