@@ -32,7 +32,7 @@ func runEstimate(args []string, stdout, stderr io.Writer) int {
 	offPar := fs.String("offload_param", "", "none, cpu or nvme, stage 3 (overrides the config)")
 	seq := fs.Int("seq", 0, "tokens per sample (default: min(model context, 128), as dszero train)")
 	ckpt := fs.Bool("gradient_checkpointing", false, "the run recomputes each block in backward (also on with an activation_checkpointing block)")
-	asJSON := fs.Bool("json", false, "write the estimate as JSON (field names: go doc ./estimate)")
+	asJSON := fs.Bool("json", false, "write the estimate as JSON: the numbers of the text form, with stable field names")
 	hf := hfFlags(fs)
 	if err := fs.Parse(args); err != nil {
 		return 2

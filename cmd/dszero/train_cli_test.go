@@ -63,7 +63,7 @@ func TestTrainResumeSummary(t *testing.T) {
 	for _, want := range []string{
 		"resumed from " + filepath.Join(ck, "global_step2") + " (step 2)\n",
 		"saved " + filepath.Join(ck, "global_step4") + " (",
-		"done: 2 steps (3 to 4) in ",
+		"done: 2 steps (steps 3 to 4) in ",
 		fmt.Sprintf("loss %.4f → %.4f", losses[3], losses[4]),
 	} {
 		if !strings.Contains(out, want) {
@@ -163,7 +163,7 @@ func TestTrainHFNames(t *testing.T) {
 		}
 	}
 	code, out, errs = runCLI(tinyTrain("--quiet", "--steps", "5", "--output_dir", out1, "--resume_from_checkpoint", "true")...)
-	if code != 0 || !strings.Contains(out, "resumed from "+filepath.Join(out1, "global_step4")) || !strings.Contains(out, "done: 1 steps (5 to 5)") {
+	if code != 0 || !strings.Contains(out, "resumed from "+filepath.Join(out1, "global_step4")) || !strings.Contains(out, "done: 1 step (step 5)") {
 		t.Errorf("--resume_from_checkpoint true: exit %d\n%s%s", code, out, errs)
 	}
 	code, out, errs = runCLI(tinyTrain("--quiet", "--steps", "6", "--resume_from_checkpoint", out1)...)

@@ -45,7 +45,7 @@ func (j *trainJob) train() (trainResult, error) {
 	}
 	stdout, n := j.stdout, j.steps
 	fmt.Fprintf(stdout, "dszero: %s | model %s (%s parameters) | data %s (%d tokens)\n", j.name, f.modelArg, paramCount(j.mcfg.NumParams()), j.corpus.Name, j.corpus.Len())
-	steps := fmt.Sprintf("%d steps", n)
+	steps := plural(n, "step")
 	if f.loadDir != "" {
 		steps = fmt.Sprintf("to step %d, resuming", n)
 	}
@@ -156,15 +156,19 @@ func (j *trainJob) report(res trainResult) error {
 		fmt.Fprintf(stdout, "consolidated weights written to %s (model.safetensors + config.json)\n", res.saveModel)
 	}
 	first, last, el := res.first, res.last, res.elapsed
+	tokens := float64(res.ran*j.B*j.T*j.gas*j.nproc) / el.Seconds()
 	switch {
 	case res.ran == 0:
 		fmt.Fprintf(stdout, "done: nothing to train: the checkpoint is at step %d and --steps %d is the total; give a larger --steps to train on\n", res.resumedAt, j.steps)
 	case res.resumedAt > 0:
-		fmt.Fprintf(stdout, "done: %d steps (%d to %d) in %s, loss %.4f → %.4f, %.0f tokens/s overall\n", res.ran, first.Step, last.Step, el.Round(time.Millisecond),
-			first.Loss, last.Loss, float64(res.ran*j.B*j.T*j.gas*j.nproc)/el.Seconds())
+		which := fmt.Sprintf("steps %d to %d", first.Step, last.Step)
+		if res.ran == 1 {
+			which = fmt.Sprintf("step %d", last.Step)
+		}
+		fmt.Fprintf(stdout, "done: %s (%s) in %s, loss %.4f → %.4f, %.0f tokens/s overall\n", plural(res.ran, "step"), which, el.Round(time.Millisecond),
+			first.Loss, last.Loss, tokens)
 	default:
-		fmt.Fprintf(stdout, "done: %d steps in %s, loss %.4f → %.4f, %.0f tokens/s overall\n", res.ran, el.Round(time.Millisecond), first.Loss, last.Loss,
-			float64(res.ran*j.B*j.T*j.gas*j.nproc)/el.Seconds())
+		fmt.Fprintf(stdout, "done: %s in %s, loss %.4f → %.4f, %.0f tokens/s overall\n", plural(res.ran, "step"), el.Round(time.Millisecond), first.Loss, last.Loss, tokens)
 	}
 	for i, a := range j.accts {
 		r := j.ranks[i]
@@ -253,4 +257,12 @@ func roundDuration(d time.Duration) time.Duration {
 func isTerminal(w io.Writer) bool {
 	f, ok := w.(*os.File)
 	return ok && term.IsTerminal(int(f.Fd()))
+}
+
+// plural is "1 step", "2 steps".
+func plural(n int, what string) string {
+	if n == 1 {
+		return "1 " + what
+	}
+	return fmt.Sprintf("%d %ss", n, what)
 }

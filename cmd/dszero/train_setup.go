@@ -106,6 +106,10 @@ func (j *trainJob) newRanks() error {
 		return fmt.Errorf("--blas: %w", err)
 	}
 	if j.engine, err = blas.New(blas.Options{Backend: backend, Threads: f.threads}); err != nil {
+		var lerr *blas.LibraryError
+		if f.threads > 0 && !errors.As(err, &lerr) {
+			return fmt.Errorf("--threads %d: %w: leave --threads out", f.threads, err) // the library has no thread setting
+		}
 		return err
 	}
 	j.ranks = j.l.ranks()
