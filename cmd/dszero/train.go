@@ -16,9 +16,9 @@ import (
 var defaultConfig []byte
 
 // runTrain is `dszero train`. It reads in one order, one step a function:
-// the flags, who runs which ranks (launch), the plan (a ds_config or an
-// FSDP setup), each rank's device, the model, the data, then training and
-// the report.
+// the flags, who runs which ranks (launch), whether what the run will
+// write can be written, the plan (a ds_config or an FSDP setup), each
+// rank's device, the model, the data, then training and the report.
 func runTrain(args []string, stdout, stderr io.Writer) (code int) {
 	f, err := parseTrainFlags(args, stderr)
 	if err != nil {
