@@ -92,7 +92,7 @@ func openCBLAS(libs []string, threads int) (Engine, error) {
 		if threads > 0 {
 			set := e.sym("openblas_set_num_threads")
 			if set == nil {
-				return nil, fmt.Errorf("blas: %s cannot set its thread count (no openblas_set_num_threads); leave threads at 0", lib)
+				return nil, fmt.Errorf("blas: %s cannot set its thread count (no openblas_set_num_threads); run it with its own thread count", lib)
 			}
 			C.dsz_set_threads(set, C.int(threads))
 		}

@@ -25,6 +25,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"path/filepath"
 	"runtime"
 	"time"
 
@@ -109,7 +110,24 @@ type Config struct {
 	SaveDir      string
 	SaveInterval int
 	LoadDir      string
+	// OnCheckpoint, when set, hears of the checkpoint resumed from and of
+	// each one saved, once every rank is done with it (with Comm, on rank
+	// 0 only).
+	OnCheckpoint func(CheckpointEvent)
 }
+
+// CheckpointEvent is a checkpoint loaded or saved: Dir/Tag, at global
+// step Step, in Elapsed.
+type CheckpointEvent struct {
+	Saved   bool // false: resumed from
+	Dir     string
+	Tag     string // global_stepN, or the tag DIR/latest names
+	Step    int64
+	Elapsed time.Duration
+}
+
+// Path is the checkpoint's directory, Dir/Tag.
+func (e CheckpointEvent) Path() string { return filepath.Join(e.Dir, e.Tag) }
 
 // Record is what one optimizer step did (one line of --json-log).
 type Record struct {
@@ -281,12 +299,26 @@ func (r *rank) run(onStep func(Record) error) ([]float32, error) {
 	verdict := make([]float32, 1)
 	overwrite := eng.OverwriteGrads()
 	ck := checkpoint.Options{Layout: &layout, Comm: c, Ctx: ctx}
+	tell := func(saved bool, dir string, t0 time.Time) {
+		if cfg.OnCheckpoint == nil || c.Rank() != 0 {
+			return
+		}
+		ev := CheckpointEvent{Saved: saved, Dir: dir, Tag: checkpoint.Tag(eng.GlobalSteps()), Step: eng.GlobalSteps(), Elapsed: time.Since(t0)}
+		if !saved {
+			if tag, err := checkpoint.LatestTag(dir); err == nil {
+				ev.Tag = tag // a DeepSpeed checkpoint's own tag
+			}
+		}
+		cfg.OnCheckpoint(ev)
+	}
 	first := 0
 	if cfg.LoadDir != "" {
+		t0 := time.Now()
 		if err := checkpoint.Load(cfg.LoadDir, "", eng, ck); err != nil {
 			return nil, fmt.Errorf("resuming from %s: %w", cfg.LoadDir, err)
 		}
 		first = int(eng.GlobalSteps())
+		tell(false, cfg.LoadDir, t0)
 	}
 	for s := first; s < cfg.Steps; s++ {
 		start := time.Now()
@@ -353,12 +385,14 @@ func (r *rank) run(onStep func(Record) error) ([]float32, error) {
 			return nil, cbErr // rank 0 says why; the others just end
 		}
 		if cfg.SaveDir != "" && (verdict[0] == stop || s+1 == cfg.Steps || cfg.SaveInterval > 0 && (s+1)%cfg.SaveInterval == 0) {
+			t0 := time.Now()
 			if err := checkBeforeSave(ctx, c, eng, s+1, cfg.SaveDir); err != nil {
 				return nil, err
 			}
 			if err := checkpoint.Save(cfg.SaveDir, "", eng, ck); err != nil {
 				return nil, fmt.Errorf("step %d: saving a checkpoint in %s: %w", s+1, cfg.SaveDir, err)
 			}
+			tell(true, cfg.SaveDir, t0)
 		}
 		if verdict[0] == stop {
 			break

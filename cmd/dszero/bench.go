@@ -3,7 +3,6 @@ package main
 import (
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -14,8 +13,8 @@ import (
 
 	"github.com/dszero/dszero/blas"
 	"github.com/dszero/dszero/data"
-	"github.com/dszero/dszero/device"
 	"github.com/dszero/dszero/dsconfig"
+	"github.com/dszero/dszero/dsconfig/lenient"
 	"github.com/dszero/dszero/estimate"
 	"github.com/dszero/dszero/mem"
 	"github.com/dszero/dszero/model"
@@ -40,7 +39,9 @@ type benchRow struct {
 	// grads, optim_state) over every tier; Estimate is dszero's estimate
 	// of them (package estimate: the ZeRO formula in dszero's element
 	// sizes, plus padding), and Ratio measured ÷ estimate (0 with NVMe
-	// offload, whose swap buffers add to the pinned-host bytes).
+	// offload: the optimizer state is then counted in its files and again
+	// in the pinned swap buffers it streams through; the table's note
+	// under the row spells the tiers out).
 	ModelStates int64   `json:"model_states_bytes"`
 	Estimate    int64   `json:"estimate_bytes"`
 	Ratio       float64 `json:"measured_over_estimate"`
@@ -61,8 +62,7 @@ type benchReport struct {
 var modelStateCats = []mem.Category{mem.Params16, mem.MasterParams, mem.Grads, mem.OptimState}
 
 func runBench(args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("dszero bench", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs := newFlagSet("dszero bench", stderr)
 	cfgPath := fs.String("deepspeed", "", "base ds_config (default: AdamW, fp32); its zero_optimization stage and offload are set per variant (its offload_optimizer.ratio is kept at stage 3 with cpu)")
 	stagesArg := fs.String("stages", "0,1,2,3", "ZeRO stages to run")
 	offloadArg := fs.String("offload", "none", "offload devices to run at each stage that has them: none, cpu, nvme (comma-separated)")
@@ -104,8 +104,8 @@ func runBench(args []string, stdout, stderr io.Writer) int {
 	budget := mem.Unlimited
 	if *devMem != "" {
 		var err error
-		if budget, err = device.ParseBytes(*devMem); err != nil {
-			return usage("--device-memory: %v", err)
+		if budget, err = parseBudget("--device-memory", *devMem); err != nil {
+			return usage("%v", err)
 		}
 	}
 	mc, err := modelConfig(*modelArg)
@@ -121,13 +121,9 @@ func runBench(args []string, stdout, stderr io.Writer) int {
 	}
 	base := map[string]any{"optimizer": map[string]any{"type": "AdamW", "params": map[string]any{"lr": 1e-4}}, "zero_force_ds_cpu_optimizer": false}
 	if *cfgPath != "" {
-		_, raw, err := dsconfig.ReadInput(*cfgPath)
-		if err == nil {
-			base = map[string]any{}
-			err = json.Unmarshal(raw, &base)
-		}
-		if err != nil {
-			return usage("--deepspeed %s: %v (bench needs plain JSON)", *cfgPath, err)
+		var err error
+		if base, err = readBaseConfig(*cfgPath); err != nil {
+			return usage("--deepspeed: %v", err)
 		}
 	}
 	nvmeDir := *nvmePath
@@ -185,6 +181,29 @@ func runBench(args []string, stdout, stderr io.Writer) int {
 		}
 	}
 	return 0
+}
+
+// readBaseConfig reads bench's --deepspeed as every command reads a
+// ds_config (comments, Hjson and all, through dsconfig's reader), as plain
+// values that each variant then edits.
+func readBaseConfig(path string) (map[string]any, error) {
+	name, raw, _, err := readDSConfig(path, nil)
+	if err != nil {
+		return nil, err
+	}
+	root, err := lenient.Parse(name, raw)
+	if err != nil {
+		return nil, err
+	}
+	js, err := root.MarshalJSON()
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", name, err)
+	}
+	base := map[string]any{}
+	if err := json.Unmarshal(js, &base); err != nil {
+		return nil, fmt.Errorf("%s: the top level is not an object: %w", name, err)
+	}
+	return base, nil
 }
 
 // benchOne trains one variant and measures it.
@@ -329,8 +348,29 @@ func benchTable(w io.Writer, rep benchReport) {
 			mem.FormatBytes(r.ModelStates), mem.FormatBytes(r.Estimate), ratio, step, tps)
 	}
 	for _, r := range rep.Variants {
+		if r.Offload == "nvme" && r.Status == "ok" {
+			fmt.Fprintf(w, "\n%s", nvmeNote(r))
+		}
+	}
+	for _, r := range rep.Variants {
 		if r.Error != "" {
 			fmt.Fprintf(w, "\n%s: %s\n", r.Variant, r.Error)
 		}
 	}
+}
+
+// nvmeNote explains an NVMe variant's model states beside its estimate.
+// The estimate counts each state once, where it lives: the fp32 master
+// and the optimizer state in the swap files. The measurement adds up every
+// tier, so it also counts the pinned host copies the files are stepped
+// through: one sub-group's master and the swap buffers.
+func nvmeNote(r benchRow) string {
+	at := func(t mem.Tier, c mem.Category) string { return mem.FormatBytes(r.PeakBytes[t.String()][c.String()]) }
+	return fmt.Sprintf(`%s: model states %s against an estimate of %s. The estimate counts each state
+  once, where it lives: params16 on the device (%s), the gradient partitions in pinned host memory (%s),
+  the fp32 master and optimizer state in the NVMe files (%s). The measurement adds up every tier, so it
+  also counts the pinned host copies the files are stepped through: one sub-group's fp32 master (%s)
+  and the swap buffers the optimizer state streams through (%s); hence no ratio.
+`, r.Variant, mem.FormatBytes(r.ModelStates), mem.FormatBytes(r.Estimate), at(mem.Device, mem.Params16), at(mem.PinnedHost, mem.Grads),
+		mem.FormatBytes(r.PeakBytes[mem.NVMe.String()]["total"]), at(mem.PinnedHost, mem.MasterParams), at(mem.PinnedHost, mem.OptimState))
 }

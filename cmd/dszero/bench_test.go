@@ -123,3 +123,87 @@ func TestBenchPartialOffload(t *testing.T) {
 		}
 	}
 }
+
+// TestBenchReadsConfigsAsTrainDoes: bench reads --deepspeed through
+// dsconfig's reader, so the repository's commented example (which train
+// reads) works, and a syntax error is positioned; a budget needs a unit.
+func TestBenchReadsConfigsAsTrainDoes(t *testing.T) {
+	code, out, errs := runCLI("bench", "--deepspeed", "../../examples/ds_config_zero2.json", "--model", "tiny", "--seq", "16", "--steps", "2", "--stages", "2")
+	if code != 0 || !strings.Contains(out, "stage 2                    ok") {
+		t.Errorf("commented example: exit %d\n%s%s", code, out, errs)
+	}
+	bad := filepath.Join(t.TempDir(), "bad.json")
+	os.WriteFile(bad, []byte("{\n  // a comment\n  \"zero_optimization\": {\"stage\": }\n}\n"), 0o644)
+	if code, _, errs := runCLI("bench", "--deepspeed", bad, "--model", "tiny", "--seq", "16"); code != 2 || !strings.Contains(errs, "bad.json:3:34: ") {
+		t.Errorf("syntax error: exit %d: %s", code, errs)
+	}
+	if code, _, errs := runCLI("bench", "--device-memory", "64", "--model", "tiny", "--seq", "16"); code != 2 || !strings.Contains(errs, "--device-memory 64: give a unit") {
+		t.Errorf("--device-memory 64: exit %d: %s", code, errs)
+	}
+}
+
+// TestBenchPlotReadable: the plot writes each bar's total above it, names
+// a budget far above the bars in the legend instead of drawing the bars
+// flat under it, draws a budget near them as a line, and keeps the legend
+// beside the axes. (Look at the PNG too: the test cannot see overlap.)
+func TestBenchPlotReadable(t *testing.T) {
+	dir := t.TempDir()
+	for _, tc := range []struct {
+		budget string
+		want   []string
+		absent string
+	}{
+		{"64MiB", []string{"device budget 64.00 MiB: ", "the tallest bar, off the chart"}, ""},
+		{"2MiB", []string{"device budget 2.00 MiB<"}, "off the chart"},
+	} {
+		svg, js := filepath.Join(dir, tc.budget+".svg"), filepath.Join(dir, tc.budget+".json")
+		code, out, errs := runCLI("bench", "--model", "tiny", "--seq", "16", "--steps", "2", "--stages", "0,3", "--device-memory", tc.budget, "--plot", svg, "--json", js)
+		if code != 0 {
+			t.Fatalf("exit %d\n%s%s", code, out, errs)
+		}
+		raw, _ := os.ReadFile(svg)
+		var rep benchReport
+		b, _ := os.ReadFile(js)
+		if err := json.Unmarshal(b, &rep); err != nil {
+			t.Fatal(err)
+		}
+		want := append([]string{}, tc.want...)
+		for _, v := range rep.Variants {
+			want = append(want, fmt.Sprintf(">%.3g<", float64(v.PeakBytes["device"]["total"])/(1<<20)))
+		}
+		for _, w := range want {
+			if !strings.Contains(string(raw), w) {
+				t.Errorf("--device-memory %s: the SVG lacks %q", tc.budget, w)
+			}
+		}
+		if tc.absent != "" && strings.Contains(string(raw), tc.absent) {
+			t.Errorf("--device-memory %s: the SVG says %q", tc.budget, tc.absent)
+		}
+	}
+}
+
+// TestBenchNVMeNote: the table explains an NVMe variant's model states
+// beside its estimate, and the measurement is exactly the parts it names.
+func TestBenchNVMeNote(t *testing.T) {
+	js := filepath.Join(t.TempDir(), "b.json")
+	code, out, errs := runCLI("bench", "--model", "tiny", "--seq", "16", "--steps", "2", "--stages", "3", "--offload", "nvme", "--json", js)
+	if code != 0 {
+		t.Fatalf("exit %d\n%s%s", code, out, errs)
+	}
+	var rep benchReport
+	b, _ := os.ReadFile(js)
+	if err := json.Unmarshal(b, &rep); err != nil || len(rep.Variants) != 1 {
+		t.Fatalf("%v: %s", err, b)
+	}
+	v := rep.Variants[0]
+	pb := func(tier, cat string) int64 { return v.PeakBytes[tier][cat] }
+	parts := pb("device", "params16") + pb("pinned_host", "grads") + pb("nvme", "total") + pb("pinned_host", "master_params") + pb("pinned_host", "optim_state")
+	if parts != v.ModelStates {
+		t.Errorf("model states %d bytes, the note's parts %d", v.ModelStates, parts)
+	}
+	for _, want := range []string{"stage 3 + offload nvme: model states", "The estimate counts each state\n  once, where it lives", "hence no ratio."} {
+		if !strings.Contains(out, want) {
+			t.Errorf("table lacks %q:\n%s", want, out)
+		}
+	}
+}

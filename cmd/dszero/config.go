@@ -14,56 +14,6 @@ import (
 	"github.com/dszero/dszero/stage3"
 )
 
-func runConfig(args []string, stdout, stderr io.Writer) int {
-	if len(args) == 0 {
-		fmt.Fprintf(stderr, "dszero config: want check or explain\n\n%s", usage)
-		return 2
-	}
-	switch args[0] {
-	case "check":
-		return runCheck(args[1:], stdout, stderr)
-	case "explain":
-		return runExplain(args[1:], stdout, stderr)
-	}
-	fmt.Fprintf(stderr, "dszero config: unknown subcommand %q (want check or explain)\n", args[0])
-	return 2
-}
-
-// hfFlags registers HF's TrainingArguments flags; the returned function
-// gives the HF arguments when any was set (HF mode), else nil.
-func hfFlags(fs *flag.FlagSet) func() *dsconfig.HFArgs {
-	a := dsconfig.DefaultHFArgs()
-	fs.Float64Var(&a.LearningRate, "learning_rate", a.LearningRate, "HF: learning rate")
-	fs.Int64Var(&a.PerDeviceTrainBatchSize, "per_device_train_batch_size", a.PerDeviceTrainBatchSize, "HF: micro-batch per rank")
-	fs.Int64Var(&a.GradientAccumulationSteps, "gradient_accumulation_steps", a.GradientAccumulationSteps, "HF: accumulation steps")
-	fs.Float64Var(&a.MaxGradNorm, "max_grad_norm", a.MaxGradNorm, "HF: gradient clipping")
-	fs.Int64Var(&a.WarmupSteps, "warmup_steps", a.WarmupSteps, "HF: warmup steps")
-	fs.Int64Var(&a.MaxSteps, "max_steps", a.MaxSteps, "HF: total optimizer steps")
-	fs.Float64Var(&a.WeightDecay, "weight_decay", a.WeightDecay, "HF: weight decay")
-	fs.Float64Var(&a.AdamBeta1, "adam_beta1", a.AdamBeta1, "HF: Adam beta1")
-	fs.Float64Var(&a.AdamBeta2, "adam_beta2", a.AdamBeta2, "HF: Adam beta2")
-	fs.Float64Var(&a.AdamEpsilon, "adam_epsilon", a.AdamEpsilon, "HF: Adam epsilon")
-	fs.BoolVar(&a.FP16, "fp16", false, "HF: fp16 mixed precision")
-	fs.BoolVar(&a.BF16, "bf16", false, "HF: bf16 mixed precision")
-	fs.Int64Var(&a.HiddenSize, "hidden_size", 0, "the model's hidden size (for \"auto\" bucket sizes)")
-	names := []string{"learning_rate", "per_device_train_batch_size", "gradient_accumulation_steps", "max_grad_norm", "warmup_steps",
-		"max_steps", "weight_decay", "adam_beta1", "adam_beta2", "adam_epsilon", "fp16", "bf16", "hidden_size"}
-	return func() *dsconfig.HFArgs {
-		set := false
-		fs.Visit(func(f *flag.Flag) {
-			for _, n := range names {
-				if f.Name == n {
-					set = true
-				}
-			}
-		})
-		if !set {
-			return nil
-		}
-		return &a
-	}
-}
-
 // parseInterleaved parses flags that may come after positional arguments.
 func parseInterleaved(fs *flag.FlagSet, args []string) ([]string, error) {
 	var pos []string
@@ -80,8 +30,7 @@ func parseInterleaved(fs *flag.FlagSet, args []string) ([]string, error) {
 }
 
 func runCheck(args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("dszero config check", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs := newFlagSet("dszero config check", stderr)
 	world := fs.Int("world-size", 8, "data-parallel world size for the batch arithmetic")
 	quiet := fs.Bool("q", false, "print errors only")
 	hf := hfFlags(fs)
@@ -96,16 +45,19 @@ func runCheck(args []string, stdout, stderr io.Writer) int {
 	rejected := 0
 	for _, file := range files {
 		if isFSDPFile(file) {
-			if checkFSDP(fsdpSource{file: file}, worldIfSet(fs, *world), hf(), *quiet, stdout) {
+			if checkFSDP(fsdpSource{file: file}, worldIfSet(fs, *world), hf.forFSDP(), *quiet, stdout) {
 				rejected++
 			}
 			continue
 		}
-		plan, diags, err := compileFile(file, dsconfig.Options{WorldSize: *world, HF: hf()})
+		plan, diags, note, err := compileDSConfig(file, *world, hf)
 		if err != nil {
 			fmt.Fprintf(stdout, "%s: error: %v\n", file, err)
 			rejected++
 			continue
+		}
+		if note != "" && !*quiet {
+			fmt.Fprintf(stdout, "%s: note: %s\n", file, note)
 		}
 		for _, d := range diags {
 			if *quiet && d.Severity != dsconfig.Error {
@@ -133,15 +85,6 @@ func runCheck(args []string, stdout, stderr io.Writer) int {
 	return 0
 }
 
-func compileFile(path string, opts dsconfig.Options) (dsconfig.Plan, dsconfig.Diagnostics, error) {
-	name, data, err := dsconfig.ReadInput(path)
-	if err != nil {
-		return dsconfig.Plan{}, nil, err
-	}
-	p, d := dsconfig.Compile(name, data, opts)
-	return p, d, nil
-}
-
 // summary is a one-line description of a plan.
 func summary(p dsconfig.Plan) string {
 	off := ""
@@ -157,8 +100,7 @@ func summary(p dsconfig.Plan) string {
 }
 
 func runExplain(args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("dszero config explain", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs := newFlagSet("dszero config explain", stderr)
 	world := fs.Int("world-size", 1, "data-parallel world size")
 	asJSON := fs.Bool("json", false, "write the plan as JSON")
 	modelArg := fs.String("model", "", "at stage 3, also show the units this model (a preset or a directory with config.json) is gathered in")
@@ -174,7 +116,7 @@ func runExplain(args []string, stdout, stderr io.Writer) int {
 		if len(files) == 1 {
 			src.file = files[0]
 		}
-		return explainFSDP(src, worldIfSet(fs, *world), hf(), *asJSON, stdout, stderr)
+		return explainFSDP(src, worldIfSet(fs, *world), hf.forFSDP(), *asJSON, stdout, stderr)
 	}
 	if len(files) != 1 || *world < 1 || *minParams < 0 {
 		fmt.Fprintln(stderr, "usage: dszero config explain FILE [--world-size N] [--model PRESET|DIR [--wrap-min-params N]] [HF flags] [--json]\n       dszero config explain accelerate.yaml | --fsdp OPTIONS [fsdp_config.json] [--world-size N] [--json]")
@@ -193,7 +135,7 @@ func runExplain(args []string, stdout, stderr io.Writer) int {
 		l := mc.WithDefaults().Layout()
 		layout = &l
 	}
-	plan, diags, err := compileFile(files[0], dsconfig.Options{WorldSize: *world, HF: hf()})
+	plan, diags, note, err := compileDSConfig(files[0], *world, hf)
 	if err != nil {
 		fmt.Fprintf(stderr, "%s: error: %v\n", files[0], err)
 		return 1
@@ -216,6 +158,9 @@ func runExplain(args []string, stdout, stderr io.Writer) int {
 		return writeJSON(stdout, stderr, e)
 	}
 	explainText(stdout, plan)
+	if note != "" {
+		fmt.Fprintf(stdout, "\nCommand line\n  %s\n", note)
+	}
 	if units != nil {
 		if plan.Zero.Stage != 3 {
 			fmt.Fprintf(stdout, "\n(at stage %d the parameters are not gathered per unit; this is what stage 3 would do)\n", plan.Zero.Stage)

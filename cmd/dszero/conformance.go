@@ -2,7 +2,6 @@ package main
 
 import (
 	"encoding/json"
-	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -18,14 +17,9 @@ import (
 // recorded. Exit 0 when every case with a reference result passes, 1 when
 // one does not, 2 on usage errors.
 func runConformance(args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("dszero conformance", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs := newFlagSet("dszero conformance", stderr)
 	jsonOut := fs.String("json", "", "also write every case's report as JSON to this file (- for stdout, instead of the table)")
 	only := fs.String("only", "", "run only the cases whose name (e.g. gpt/z3_bf16) matches this glob or contains this text")
-	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: dszero conformance DIR... [--json OUT] [--only PATTERN]")
-		fs.PrintDefaults()
-	}
 	// Flags may follow the directories.
 	var dirs []string
 	for {

@@ -19,8 +19,7 @@ import (
 // runEstimate is `dszero estimate`: DeepSpeed's memory estimators and
 // dszero's own estimate for a config, before anything runs.
 func runEstimate(args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("dszero estimate", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs := newFlagSet("dszero estimate", stderr)
 	modelArg := fs.String("model", "", "model preset ("+strings.Join(gpt.PresetNames(), ", ")+") or a Hugging Face GPT-2 directory (its config.json)")
 	paramsArg := fs.String("params", "", "instead of --model: the total parameters of a hypothetical model, e.g. 7.5e9 or 7.5B")
 	largestArg := fs.String("largest-layer", "", "with --params: the most parameters one module holds, for ZeRO-3's estimator, e.g. 65M")
@@ -33,7 +32,7 @@ func runEstimate(args []string, stdout, stderr io.Writer) int {
 	offPar := fs.String("offload_param", "", "none, cpu or nvme, stage 3 (overrides the config)")
 	seq := fs.Int("seq", 0, "tokens per sample (default: min(model context, 128), as dszero train)")
 	ckpt := fs.Bool("gradient_checkpointing", false, "the run recomputes each block in backward (also on with an activation_checkpointing block)")
-	asJSON := fs.Bool("json", false, "write the estimate as JSON (field names: go doc ./estimate)")
+	asJSON := fs.Bool("json", false, "write the estimate as JSON: the numbers of the text form, with stable field names")
 	hf := hfFlags(fs)
 	if err := fs.Parse(args); err != nil {
 		return 2
@@ -114,16 +113,15 @@ func runEstimate(args []string, stdout, stderr io.Writer) int {
 	}
 
 	// The config, as dszero train would read it for this many ranks.
-	name, raw := "<embedded default ds_config>", defaultConfig
-	if *cfgPath != "" {
-		n, b, err := dsconfig.ReadInput(*cfgPath)
-		if err != nil {
-			fmt.Fprintf(stderr, "dszero estimate: --deepspeed: %v\n", err)
-			return 1
-		}
-		name, raw = n, b
+	plan, diags, note, err := compileDSConfig(*cfgPath, in.Hardware.GPUs(), hf)
+	if err != nil {
+		fmt.Fprintf(stderr, "dszero estimate: --deepspeed: %v\n", err)
+		return 1
 	}
-	plan, diags := dsconfig.Compile(name, raw, dsconfig.Options{WorldSize: in.Hardware.GPUs(), HF: hf()})
+	name := plan.File
+	if note != "" {
+		fmt.Fprintf(stderr, "dszero estimate: note: %s\n", note)
+	}
 	for _, d := range diags {
 		if d.Severity == dsconfig.Error || d.Severity == dsconfig.Warning {
 			fmt.Fprintln(stderr, d.String())

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strings"
@@ -82,5 +83,43 @@ func TestExplainJSON(t *testing.T) {
 		if !strings.Contains(out, want) {
 			t.Errorf("JSON lacks %s", want)
 		}
+	}
+}
+
+// TestReadmeSetup: the set-up section keeps its two commands (the main
+// job and the tests), and its timing says what it depends on: about a
+// minute with OpenBLAS, several without it.
+func TestReadmeSetup(t *testing.T) {
+	readme, err := os.ReadFile("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := string(readme)
+	start := strings.Index(s, "## Set up on a fresh machine")
+	end := strings.Index(s[start+1:], "\n## ")
+	if start < 0 || end < 0 {
+		t.Fatal("README has no set-up section")
+	}
+	setup := s[start : start+1+end]
+	cmds := regexp.MustCompile(`(?m)^    (\S.*)$`).FindAllStringSubmatch(setup, -1)
+	if len(cmds) != 2 || cmds[0][1] != "go run ./cmd/dszero train" || cmds[1][1] != "go test ./..." {
+		t.Errorf("set-up commands %q, want the main job and the tests", cmds)
+	}
+	for _, want := range []string{"about a minute on 2 cores when OpenBLAS is\ninstalled", "libopenblas0-pthread", "about five minutes without it"} {
+		if !strings.Contains(setup, want) {
+			t.Errorf("set-up section lacks %q:\n%s", want, setup)
+		}
+	}
+}
+
+// TestGoModTidy: go mod tidy leaves go.mod and go.sum as they are.
+func TestGoModTidy(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs the go command")
+	}
+	cmd := exec.Command("go", "mod", "tidy", "-diff")
+	cmd.Dir = "../.."
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Errorf("go mod tidy would change the module files (%v):\n%s", err, out)
 	}
 }

@@ -114,7 +114,7 @@ func TestTrainNproc(t *testing.T) {
 			}
 		}
 	}
-	if code, _, errs := runCLI("train", "--quiet", "--nproc", "0"); code != 1 || !strings.Contains(errs, "--nproc") {
+	if code, _, errs := runCLI("train", "--quiet", "--nproc", "0"); code != 2 || !strings.Contains(errs, "-nproc") {
 		t.Errorf("--nproc 0: exit %d, %s", code, errs)
 	}
 }

@@ -175,6 +175,24 @@ func ReadConfig(path string) (Config, error) {
 	if h.ScaleAttnByInverseLayer != nil && *h.ScaleAttnByInverseLayer {
 		errs = append(errs, fmt.Errorf("gpt: %s: scale_attn_by_inverse_layer_idx true is not implemented", path))
 	}
+	// The checks of Validate, in config.json's names.
+	for _, k := range []struct {
+		key string
+		v   *int
+	}{{"vocab_size", h.VocabSize}, {"n_positions", h.NPositions}, {"n_embd", h.NEmbd}, {"n_head", h.NHead}, {"n_layer", h.NLayer}} {
+		if k.v != nil && *k.v <= 0 {
+			errs = append(errs, fmt.Errorf("gpt: %s: %s is %d; it must be positive", path, k.key, *k.v))
+		}
+	}
+	if h.NInner != nil && *h.NInner < 0 {
+		errs = append(errs, fmt.Errorf("gpt: %s: n_inner is %d; it must be positive (or null for 4 × n_embd)", path, *h.NInner))
+	}
+	if c.Dim > 0 && c.Heads > 0 && c.Dim%c.Heads != 0 {
+		errs = append(errs, fmt.Errorf("gpt: %s: n_embd %d is not a multiple of n_head %d: each attention head takes n_embd / n_head features", path, c.Dim, c.Heads))
+	}
+	if h.LayerNormEpsilon != nil && !(c.Eps > 0) {
+		errs = append(errs, fmt.Errorf("gpt: %s: layer_norm_epsilon is %v; it must be positive (GPT-2 uses 1e-5)", path, h.LayerNormEpsilon))
+	}
 	if len(errs) == 0 {
 		c = c.WithDefaults()
 		if err := c.Validate(); err != nil {

@@ -6,6 +6,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -356,6 +357,23 @@ func TestReadConfig(t *testing.T) {
 	for _, w := range []string{`activation_function "relu"`, "n_embd is missing", "bad.json"} {
 		if err == nil || !strings.Contains(err.Error(), w) {
 			t.Errorf("bad config: %v, want it to mention %q", err, w)
+		}
+	}
+	// Values Validate refuses are named by their config.json keys, not
+	// by Config's Go fields.
+	for _, tc := range []struct{ from, to, want string }{
+		{`"n_head": 12,`, `"n_head": 5,`, "n_embd 768 is not a multiple of n_head 5"},
+		{`"n_layer": 12,`, `"n_layer": 0,`, "n_layer is 0; it must be positive"},
+		{`"layer_norm_epsilon": 1e-05,`, `"layer_norm_epsilon": -1,`, "layer_norm_epsilon is -1; it must be positive"},
+		{`"vocab_size": 50257`, `"vocab_size": -3`, "vocab_size is -3"},
+	} {
+		in := strings.Replace(hfGPT2Config, tc.from, tc.to, 1)
+		if in == hfGPT2Config {
+			t.Fatalf("%q is not in the config", tc.from)
+		}
+		_, err := ReadConfig(write("v.json", in))
+		if err == nil || !strings.Contains(err.Error(), tc.want) || regexp.MustCompile(`\b(Dim|Heads|Layers|Vocab|Eps) =`).MatchString(err.Error()) {
+			t.Errorf("%s: %v, want %q and no Go field names", tc.to, err, tc.want)
 		}
 	}
 }
