@@ -254,9 +254,16 @@ func locate(path string, man manifest, dtype string, open func(string, int) (*pt
 	// expectFor reads the checkpoint's identity once the parameters, in
 	// the flat buffer's order, are known.
 	var x expect
+	var numel int
 	expectFor := func(flat []partition.Param) error {
+		for _, p := range flat {
+			numel += p.Numel
+		}
 		var err error
 		if x, err = newExpect(path, man, dtype, model0, ms.Root, flat); err != nil {
+			return err
+		}
+		if err := checkStorages(ms, numel, len(flat), man.World); err != nil {
 			return err
 		}
 		return x.check(model0, 0, kindModel, ms.Root)
@@ -340,6 +347,9 @@ func locate(path string, man manifest, dtype string, open func(string, int) (*pt
 			return nil, nil, nil, err
 		}
 		if err := x.check(optim, r, kindOptim, f.Root); err != nil {
+			return nil, nil, nil, err
+		}
+		if err := checkStorages(f, numel, len(params), man.World); err != nil {
 			return nil, nil, nil, err
 		}
 		p := "optimizer_state_dict.single_partition_of_fp32_groups"

@@ -34,7 +34,7 @@ func readFile(path string, l *model.Layout, world int) (any, error) {
 		return nil, err
 	}
 	defer f.Close()
-	if err := checkStorages(f, l, world); err != nil {
+	if err := checkStorages(f, l.Numel, len(l.Specs), world); err != nil {
 		return nil, err
 	}
 	if err := f.LoadAll(); err != nil {
@@ -43,14 +43,15 @@ func readFile(path string, l *model.Layout, world int) (any, error) {
 	return f.Root, nil
 }
 
-// storageLimit is the most bytes one storage of a checkpoint of l saved
-// on world ranks may declare. The largest a checkpoint needs is a flat
+// storageLimit is the most bytes one storage of a checkpoint of a model
+// of numel parameters in params tensors, saved on world ranks, may
+// declare. The largest a checkpoint needs is a flat
 // buffer of every parameter, or a rank's partition of one with its
 // padding (under 2·world elements at stages 1 and 2, under world per
 // parameter at stage 3), in fp32 — taken twice over, as float64 — plus
 // 64 KiB for the small tensors client state may add (RNG states).
-func storageLimit(l *model.Layout, world int) int64 {
-	elems := int64(l.Numel) + int64(world)*int64(len(l.Specs)+2)
+func storageLimit(numel, params, world int) int64 {
+	elems := int64(numel) + int64(world)*int64(params+2)
 	return 8*elems + 64<<10
 }
 
@@ -60,21 +61,21 @@ func storageLimit(l *model.Layout, world int) int64 {
 // bytes a parameter).
 const maxStoragesPerFile = 4
 
-// checkStorages checks the storages f declares against l before any is
-// read.
-func checkStorages(f *ptfile.File, l *model.Layout, world int) error {
-	limit := storageLimit(l, world)
+// checkStorages checks the storages f declares against the model before
+// any is read.
+func checkStorages(f *ptfile.File, numel, params, world int) error {
+	limit := storageLimit(numel, params, world)
 	var total int64
 	for _, s := range f.Storages {
 		if n := s.NBytes(); n > limit {
 			return fmt.Errorf("checkpoint: %s: storage %s/data/%s declares %d %s elements (%d bytes); a checkpoint of this model (%d parameters, %d ranks) holds at most %d bytes in one: the file is corrupted or is not this model's checkpoint",
-				f.Name, f.Archive, s.Key, s.Numel, s.DType, n, l.Numel, world, limit)
+				f.Name, f.Archive, s.Key, s.Numel, s.DType, n, numel, world, limit)
 		}
 		total += s.NBytes()
 	}
 	if total > maxStoragesPerFile*limit {
 		return fmt.Errorf("checkpoint: %s: its %d storages declare %d bytes; a checkpoint file of this model (%d parameters, %d ranks) holds at most %d: the file is corrupted or is not this model's checkpoint",
-			f.Name, len(f.Storages), total, l.Numel, world, maxStoragesPerFile*limit)
+			f.Name, len(f.Storages), total, numel, world, maxStoragesPerFile*limit)
 	}
 	return nil
 }

@@ -376,7 +376,7 @@ func TestHugeStorageRefused(t *testing.T) {
 			t.Errorf("%s: the entry was inflated: %v", tc.name, err)
 		}
 	}
-	// Export streams: it finds the partition is not the model's.
+	// Export streams; it finds the partition is not the model's.
 	_, err = checkpoint.Export(dir, filepath.Join(t.TempDir(), "out.safetensors"), checkpoint.ExportOptions{})
 	wantAll(t, "export", err, file)
 }
