@@ -159,7 +159,9 @@ func newExpect(path string, man manifest, dtype, refName string, v any, flat []p
 	}
 	x.ref, x.dszero = id, ok
 	if ok {
-		want := identity{Kind: kindModel, Rank: 0, World: man.World, Stage: man.Stage, DType: dtype, Steps: id.Steps, Numel: numel, RoundRobin: id.RoundRobin}
+		// The files must agree with each other; the run's dtype may differ
+		// from the one they were trained in.
+		want := identity{Kind: kindModel, Rank: 0, World: man.World, Stage: man.Stage, DType: id.DType, Steps: id.Steps, Numel: numel, RoundRobin: id.RoundRobin}
 		if d := id.differs(want); d != "" {
 			return mixed("it says %s; as this checkpoint's rank-0 model states it must say %s, as rank 0's manifest and the model do (%s)", id, want, d)
 		}
