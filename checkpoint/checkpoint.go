@@ -11,6 +11,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 
 	"github.com/dszero/dszero/comm"
@@ -18,6 +19,7 @@ import (
 	"github.com/dszero/dszero/model"
 	"github.com/dszero/dszero/ptfile"
 	"github.com/dszero/dszero/zero"
+	"github.com/dszero/dszero/zero/partition"
 )
 
 // Options are what Save and Load need besides the engine.
@@ -41,7 +43,8 @@ type manifest struct {
 	Stage int             `json:"zero_stage"`
 	Files []manifestEntry `json:"files"`
 	// foreign: no manifest on disk (a checkpoint DeepSpeed wrote): the
-	// stage and world are read from its files, which are read unchecked.
+	// stage and world are read from its files, which are checked by their
+	// CRC-32s and what they record (identity.go).
 	foreign bool
 }
 
@@ -102,22 +105,36 @@ type syncer struct {
 	ctx context.Context
 }
 
-// agree is a barrier that also tells every rank whether any rank failed.
-func (s syncer) agree(err error) error {
+// agree is a barrier that also tells every rank which ranks failed at
+// what (a phrase: "load checkpoint DIR/TAG"): a rank that did not fail
+// returns an error naming them.
+func (s syncer) agree(err error, what string) error {
 	if s.c == nil || s.c.Size() == 1 {
 		return err
 	}
-	flag := []float32{0}
+	flags := make([]float32, s.c.Size())
 	if err != nil {
-		flag[0] = 1
+		flags[s.c.Rank()] = 1
 	}
-	if cerr := s.c.AllReduce(s.ctx, comm.F32(flag), comm.Sum).Wait(); cerr != nil {
-		return errors.Join(err, fmt.Errorf("checkpoint: ranks could not agree: %w", cerr))
+	if cerr := s.c.AllReduce(s.ctx, comm.F32(flags), comm.Sum).Wait(); cerr != nil {
+		return errors.Join(err, fmt.Errorf("checkpoint: ranks could not agree whether they managed to %s: %w", what, cerr))
 	}
-	if err == nil && flag[0] != 0 {
-		return errors.New("checkpoint: another rank failed to save its files (see its error)")
+	if err != nil {
+		return err
 	}
-	return err
+	var failed []string
+	for r, f := range flags {
+		if f != 0 {
+			failed = append(failed, strconv.Itoa(r))
+		}
+	}
+	switch len(failed) {
+	case 0:
+		return nil
+	case 1:
+		return fmt.Errorf("checkpoint: rank %s failed to %s (its error says why)", failed[0], what)
+	}
+	return fmt.Errorf("checkpoint: ranks %s failed to %s (their errors say why)", strings.Join(failed, ", "), what)
 }
 
 // Save writes the engine's state as checkpoint dir/tag (tag "" means
@@ -144,17 +161,17 @@ func Save(dir, tag string, e *zero.Engine, o Options) error {
 	if rank == 0 {
 		err = prepare(dir, final, tmp)
 	}
-	if err = sy.agree(err); err != nil {
+	if err = sy.agree(err, "prepare the directory "+tmp+" for checkpoint "+final); err != nil {
 		return err
 	}
 	err = saveRank(tmp, e, o, rank)
-	if err = sy.agree(err); err != nil {
+	if err = sy.agree(err, "write its files of checkpoint "+final); err != nil {
 		return err
 	}
 	if rank == 0 {
 		err = publish(dir, tag, final, tmp)
 	}
-	return sy.agree(err)
+	return sy.agree(err, "publish checkpoint "+final)
 }
 
 func prepare(dir, final, tmp string) error {
@@ -184,7 +201,10 @@ func saveRank(tmp string, e *zero.Engine, o Options, rank int) error {
 	}
 	stage := st.Strategy.Stage
 	man := manifest{Rank: rank, World: st.Strategy.World, Stage: stage}
-	modelName, optimName := FileNames(stage, rank, e.Plan().Precision.DType)
+	plan := e.Plan()
+	modelName, optimName := FileNames(stage, rank, plan.Precision.DType)
+	id := identity{Kind: kindModel, Rank: rank, World: st.Strategy.World, Stage: stage, DType: plan.Precision.DType, Steps: st.GlobalSteps,
+		Numel: int64(o.Layout.Numel), RoundRobin: plan.Zero.RoundRobinGradients && (stage == 1 || stage == 2)}
 	write := func(name string, root any) error {
 		p := filepath.Join(tmp, name)
 		if err := ptfile.Write(p, root); err != nil {
@@ -199,12 +219,14 @@ func saveRank(tmp string, e *zero.Engine, o Options, rank int) error {
 	}
 	if modelName != "" {
 		work, _ := e.ModelBuffers()
-		if err := write(modelName, modelStates(e, st, o.Layout, work[:o.Layout.Numel], ds)); err != nil {
+		if err := write(modelName, withIdentity(modelStates(e, st, o.Layout, work[:o.Layout.Numel], ds), id)); err != nil {
 			return err
 		}
 	}
 	if optimName != "" {
-		if err := write(optimName, optimStates(e, st, o.Layout, ds)); err != nil {
+		d := optimStates(e, st, o.Layout, ds)
+		id.Kind, id.Groups = kindOptim, fp32Groups(d, fileStage(stage, plan.Precision.DType))
+		if err := write(optimName, withIdentity(d, id)); err != nil {
 			return err
 		}
 	}
@@ -313,7 +335,11 @@ func Load(dir, tag string, e *zero.Engine, o Options) error {
 		sy.ctx = context.Background()
 	}
 	st, err := readRank(dir, tag, e, o)
-	if err = sy.agree(err); err != nil {
+	what := "load checkpoint " + filepath.Join(dir, tag)
+	if tag == "" {
+		what = "load the latest checkpoint of " + dir
+	}
+	if err = sy.agree(err, what); err != nil {
 		return err
 	}
 	if err := e.ImportState(st); err != nil {
@@ -354,27 +380,59 @@ func readRank(dir, tag string, e *zero.Engine, o Options) (zero.State, error) {
 	if o.Comm != nil {
 		rank = o.Comm.Rank()
 	}
-	stage := plan.Zero.Stage
+	stage, dtype := plan.Zero.Stage, plan.Precision.DType
 	man, err := readManifest(path, 0)
 	if errors.Is(err, fs.ErrNotExist) {
 		// No manifest: a checkpoint DeepSpeed (or another tool) wrote.
-		man, err = foreignManifest(path, plan.Precision.DType)
+		man, err = foreignManifest(path, dtype)
 	}
 	if err != nil {
 		return st, err
 	}
-	if man.Stage == stage && (man.World == world || stage == 0) {
-		return readSaved(path, stage, rank, world, plan.Precision.DType, o.Layout)
+	same := man.Stage == stage && (man.World == world || stage == 0)
+	// The files' flat buffer is in this run's order when they are read as
+	// they are, in the model's when they are resharded.
+	rr := same && plan.Zero.RoundRobinGradients
+	x, err := expectOf(path, man, dtype, o.Layout, rr)
+	if err != nil {
+		return st, err
+	}
+	if same {
+		if (stage == 1 || stage == 2) && x.dszero && x.ref.RoundRobin != rr {
+			return st, fmt.Errorf("checkpoint %s was saved with round_robin_gradients %v, this run has %v: the partitions hold the parameters in another order; set round_robin_gradients as it was saved", path, x.ref.RoundRobin, rr)
+		}
+		return readSaved(path, x, stage, rank, world, dtype, o.Layout)
 	}
 	// Another stage or world size: every rank reads every saved rank's
 	// state, puts the model's fp32 master and optimizer state back
 	// together, and takes its own part of them in this run's layout.
-	return reshard(path, man, e, o, rank)
+	return reshard(path, man, x, e, o, rank)
+}
+
+// expectOf reads what the files of the checkpoint at path must say (see
+// identity) from rank 0's model-states file, for the model l whose flat
+// buffer the files hold in round-robin order when rr.
+func expectOf(path string, man manifest, dtype string, l *model.Layout, rr bool) (expect, error) {
+	ref, _ := FileNames(man.Stage, 0, dtype)
+	f, err := openFile(filepath.Join(path, ref))
+	if err != nil {
+		return expect{}, err
+	}
+	defer f.Close()
+	flat := layoutParams(l)
+	switch {
+	case partitionedStage0(man.Stage, dtype):
+		flat = partition.Flat(flat, man.World).Params
+	case man.Stage == 1 || man.Stage == 2:
+		ft, _ := zcore.FlatOrder(l, man.World, rr)
+		flat = ft.Params
+	}
+	return newExpect(path, man, dtype, ref, f.Root, flat)
 }
 
 // readSaved reads saved rank rank's state of a checkpoint of stage over
-// world ranks.
-func readSaved(path string, stage, rank, world int, dtype string, l *model.Layout) (zero.State, error) {
+// world ranks, checking each file it reads against x.
+func readSaved(path string, x expect, stage, rank, world int, dtype string, l *model.Layout) (zero.State, error) {
 	var st zero.State
 	manRank := rank
 	if stage == 0 {
@@ -388,6 +446,8 @@ func readSaved(path string, stage, rank, world int, dtype string, l *model.Layou
 		return st, err
 	}
 	switch {
+	case !man.foreign && man.Rank != manRank:
+		return st, fmt.Errorf("checkpoint %s: %s says it lists rank %d's files: the checkpoint is inconsistent (a manifest was copied or renamed)", path, manifestName(manRank), man.Rank)
 	case man.Stage != stage:
 		return st, fmt.Errorf("checkpoint %s: rank %d's manifest says ZeRO stage %d, rank 0's %d: the checkpoint is inconsistent", path, manRank, man.Stage, stage)
 	case man.World != world && stage > 0:
@@ -400,11 +460,13 @@ func readSaved(path string, stage, rank, world int, dtype string, l *model.Layou
 		}
 	}
 	modelName, _ := FileNames(stage, 0, dtype) // stages 0–2: rank 0's
+	modelRank := 0
 	if stage == 3 {
 		modelName, _ = FileNames(stage, rank, dtype)
+		modelRank = rank
 	}
 	_, optimName := FileNames(stage, rank, dtype)
-	ms, err := readChecked(path, modelName, man0)
+	ms, err := readChecked(path, modelName, man0, l)
 	if err != nil {
 		return st, err
 	}
@@ -412,6 +474,9 @@ func readSaved(path string, stage, rank, world int, dtype string, l *model.Layou
 		if _, err := ptfile.Lookup(ms, "dszero"); err == nil {
 			return st, fmt.Errorf("checkpoint: %s was written by dszero but its manifest %s is missing: the save did not complete, or the directory was altered", path, manifestName(manRank))
 		}
+	}
+	if err := x.check(modelName, modelRank, kindModel, ms); err != nil {
+		return st, err
 	}
 	if err := checkShapes(ms, l, stage, path+"/"+modelName); err != nil {
 		return st, err
@@ -437,17 +502,20 @@ func readSaved(path string, stage, rank, world int, dtype string, l *model.Layou
 			st.Scheduler[fmt.Sprint(k)] = v
 		}
 	}
+	src := ms // where the loss scaler is: the model states at stage 0
 	switch {
 	case partitionedStage0(stage, dtype):
-		err = readPartitionedStage0(path, man0, l, dtype, &st)
+		err = readPartitionedStage0(path, x, man0, l, dtype, &st)
 	case stage == 0:
 		err = readStage0(ms, &st, l, dtype)
 	default:
-		var os_ any
-		if os_, err = readChecked(path, optimName, man); err != nil {
+		if src, err = readChecked(path, optimName, man, l); err != nil {
 			return st, err
 		}
-		err = readOptim(os_, &st)
+		if err := x.check(optimName, rank, kindOptim, src); err != nil {
+			return st, err
+		}
+		err = readOptim(src, &st)
 	}
 	if err != nil {
 		return st, fmt.Errorf("%s: %w", path, err)
@@ -455,10 +523,6 @@ func readSaved(path string, stage, rank, world int, dtype string, l *model.Layou
 	if scalerErr != nil {
 		// DeepSpeed's own: the LossScaler object it pickles (cur_scale and,
 		// when dynamic, the state machine's counters).
-		src := ms
-		if stage > 0 {
-			src, _ = readChecked(path, optimName, man)
-		}
 		if err := readDSScaler(src, &st); err != nil {
 			return st, fmt.Errorf("%s: the loss scaler: %w", path, err)
 		}
@@ -480,11 +544,11 @@ func readManifest(path string, rank int) (manifest, error) {
 }
 
 // readChecked reads name after checking its size and sha256 against the
-// manifest.
-func readChecked(path, name string, man manifest) (any, error) {
+// manifest, and the storages it declares against the model l.
+func readChecked(path, name string, man manifest, l *model.Layout) (any, error) {
 	p := filepath.Join(path, name)
 	if man.foreign {
-		return ptfile.Read(p, ptfile.Options{DeepSpeed: true})
+		return readFile(p, l, man.World)
 	}
 	var want *manifestEntry
 	for i := range man.Files {
@@ -505,7 +569,7 @@ func readChecked(path, name string, man manifest) (any, error) {
 	if got.SHA256 != want.SHA256 {
 		return nil, fmt.Errorf("checkpoint: %s does not match its sha256 in the manifest: the file is corrupted", p)
 	}
-	return ptfile.Read(p, ptfile.Options{DeepSpeed: true})
+	return readFile(p, l, man.World)
 }
 
 // checkShapes compares the checkpoint's parameter names and shapes with
@@ -560,7 +624,7 @@ func readStage0(ms any, st *zero.State, l *model.Layout, dtype string) error {
 // partitioned stage-0 checkpoint (partitionedStage0) from every saved
 // rank's file, man0 being rank 0's manifest: at stage 0 each rank holds
 // them whole.
-func readPartitionedStage0(path string, man0 manifest, l *model.Layout, dtype string, st *zero.State) error {
+func readPartitionedStage0(path string, x expect, man0 manifest, l *model.Layout, dtype string, st *zero.State) error {
 	saved := make([]zero.State, man0.World)
 	for r := range saved {
 		man := man0
@@ -571,8 +635,11 @@ func readPartitionedStage0(path string, man0 manifest, l *model.Layout, dtype st
 			}
 		}
 		_, name := FileNames(0, r, dtype)
-		v, err := readChecked(path, name, man)
+		v, err := readChecked(path, name, man, l)
 		if err != nil {
+			return err
+		}
+		if err := x.check(name, r, kindOptim, v); err != nil {
 			return err
 		}
 		saved[r].Strategy.Stage = 1

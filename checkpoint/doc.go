@@ -66,6 +66,18 @@
 // change. A checkpoint DeepSpeed wrote (no manifest) loads too: its stage
 // and world size are read from its files (the zero_pp_rank optimizer
 // files, the ZeroStageEnum they record) and its loss scaler from the
-// LossScaler object it pickled; its files are read unchecked. A dszero
-// checkpoint whose manifest is missing is refused.
+// LossScaler object it pickled; with no sha256 to check, its files are
+// checked by their zip entries' CRC-32s. A dszero checkpoint whose
+// manifest is missing is refused.
+//
+// Every file is also checked for being this checkpoint's file of that
+// rank (identity.go): dszero's files say which rank of how many wrote
+// them, at which stage and step, over which partition; DeepSpeed's are
+// checked by what they record (global_steps, dp_world_size, zero_stage,
+// partition_count, partition sizes, param_slice_mappings). A file copied
+// from another step, or two ranks' files swapped, is an error naming the
+// file, what it says and what the checkpoint needs. Before a file's
+// tensors are read, the sizes its storages declare are checked against
+// what the model's checkpoint can hold (files.go): a compressed entry may
+// declare, and inflate to, gigabytes.
 package checkpoint

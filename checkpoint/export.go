@@ -22,12 +22,21 @@ import (
 // names, one parameter at a time, each read piece by piece from the ranks'
 // files (ptfile.File.ReadAt). Memory stays near one read buffer: no
 // parameter, partition or model is ever held whole. A dszero checkpoint's
-// files are first checked against their manifests.
+// files are first checked against their manifests; every file's identity
+// against the checkpoint's (identity.go); and every byte read against its
+// zip entry's CRC-32 — the file is written under a temporary name and
+// renamed to its own only when every storage it was read from is whole.
 
 // ExportOptions choose the checkpoint and the output.
 type ExportOptions struct {
 	Tag   string // "" reads latest
 	DType string // "F32" (or ""), "BF16" or "F16": the dtype written
+	// Rename, when set, is given every parameter's name and shape, in the
+	// checkpoint's order, before anything is written, and returns the
+	// names to write and which tensors to write transposed (a 2-D (out,
+	// in) weight as (in, out): Hugging Face GPT-2's Conv1D weights). An
+	// error stops the export.
+	Rename func(names []string, shapes [][]int) (out []string, transpose []bool, err error)
 }
 
 // ExportStats describe an export.
@@ -41,7 +50,8 @@ type ExportStats struct {
 	ManifestCheck bool  // the files were checked against their manifests
 }
 
-// source is where one parameter's values lie: pieces of storages.
+// piece is where a run of one parameter's values lies: elements of a
+// storage.
 type piece struct {
 	f      *ptfile.File
 	s      *ptfile.Storage
@@ -90,7 +100,7 @@ func Export(dir, out string, o ExportOptions) (ExportStats, error) {
 				return nil, err
 			}
 		}
-		f, err := ptfile.Open(p, ptfile.Options{DeepSpeed: true})
+		f, err := openFile(p)
 		if err != nil {
 			return nil, err
 		}
@@ -100,43 +110,31 @@ func Export(dir, out string, o ExportOptions) (ExportStats, error) {
 		files[name] = f
 		return f, nil
 	}
-	names, shapes, where, err := locate(man, dtype, open)
+	names, shapes, where, err := locate(path, man, dtype, open)
 	if err != nil {
 		return st, fmt.Errorf("checkpoint %s: %w", path, err)
 	}
-	buf := make([]byte, 4<<20)
-	vals := make([]float32, len(buf)/2)
+	outNames, transpose := names, make([]bool, len(names))
+	if o.Rename != nil {
+		if outNames, transpose, err = o.Rename(names, shapes); err != nil {
+			return st, fmt.Errorf("checkpoint %s: %w", path, err)
+		}
+		if len(outNames) != len(names) || len(transpose) != len(names) {
+			panic("checkpoint: ExportOptions.Rename returned another number of names")
+		}
+	}
+	r := &pieceReader{}
 	tensors := make([]model.Tensor, len(names))
 	for i := range names {
-		ps := where[i]
-		tensors[i] = model.Tensor{Name: names[i], Shape: shapes[i], DType: o.DType, Stream: func(yield func([]float32) error) error {
-			for _, p := range ps {
-				size := p.dtype.Size()
-				for at := int64(0); at < p.n; {
-					k := min(p.n-at, int64(len(buf))/size)
-					b := buf[:k*size]
-					if err := p.f.ReadAt(p.s, b, (p.off+at)*size); err != nil {
-						return err
-					}
-					v := vals[:k]
-					for j := range v {
-						switch p.dtype {
-						case ptfile.Float32:
-							v[j] = math.Float32frombits(binary.LittleEndian.Uint32(b[4*j:]))
-						case ptfile.BFloat16:
-							v[j] = half.F32FromBF16(binary.LittleEndian.Uint16(b[2*j:]))
-						default:
-							v[j] = half.F32FromF16(binary.LittleEndian.Uint16(b[2*j:]))
-						}
-					}
-					if err := yield(v); err != nil {
-						return err
-					}
-					at += k
-				}
+		ps, shape := where[i], shapes[i]
+		if transpose[i] {
+			if len(shape) != 2 {
+				return st, fmt.Errorf("checkpoint %s: %s has shape %v: only a 2-D weight can be written transposed", path, names[i], shape)
 			}
-			return nil
-		}}
+			shape = []int{shape[1], shape[0]}
+		}
+		tensors[i] = model.Tensor{Name: outNames[i], Shape: shape, DType: o.DType, Transpose: transpose[i],
+			ReadAt: func(dst []float32, off int) error { return r.read(ps, dst, int64(off)) }}
 		n := int64(1)
 		for _, d := range shapes[i] {
 			n *= int64(d)
@@ -144,13 +142,82 @@ func Export(dir, out string, o ExportOptions) (ExportStats, error) {
 		st.Elements += n
 	}
 	st.Params = len(names)
-	if err := model.WriteSafetensors(out, tensors, map[string]string{"format": "pt", "source": "dszero export " + path}); err != nil {
+	// Written under a temporary name, and renamed once every storage the
+	// values came from has been read whole and matched its CRC-32.
+	tmp := out + ".unverified"
+	err = model.WriteSafetensors(tmp, tensors, map[string]string{"format": "pt", "source": "dszero export " + path})
+	if err == nil {
+		err = verifyPieces(where)
+	}
+	if err == nil {
+		err = os.Rename(tmp, out)
+	}
+	if err != nil {
+		os.Remove(tmp)
+		var pe *ptfile.Error
+		if errors.As(err, &pe) {
+			// The checkpoint's fault: say so, not which tensor was being written.
+			return st, fmt.Errorf("checkpoint %s: %w (%s was not written)", path, userError(pe), out)
+		}
 		return st, err
 	}
 	if fi, err := os.Stat(out); err == nil {
 		st.WrittenB = fi.Size()
 	}
 	return st, nil
+}
+
+// pieceReader reads runs of a parameter's values from its pieces.
+type pieceReader struct{ buf []byte }
+
+// read reads elements [off, off+len(dst)) of the parameter held by ps
+// into dst, as float32.
+func (r *pieceReader) read(ps []piece, dst []float32, off int64) error {
+	var start int64 // of the current piece, in the parameter
+	for _, p := range ps {
+		lo, hi := max(off, start), min(off+int64(len(dst)), start+p.n)
+		if lo < hi {
+			size := p.dtype.Size()
+			if need := (hi - lo) * size; int64(len(r.buf)) < need {
+				r.buf = make([]byte, need)
+			}
+			b := r.buf[:(hi-lo)*size]
+			if err := p.f.ReadAt(p.s, b, (p.off+lo-start)*size); err != nil {
+				return err
+			}
+			v := dst[lo-off : hi-off]
+			for j := range v {
+				switch p.dtype {
+				case ptfile.Float32:
+					v[j] = math.Float32frombits(binary.LittleEndian.Uint32(b[4*j:]))
+				case ptfile.BFloat16:
+					v[j] = half.F32FromBF16(binary.LittleEndian.Uint16(b[2*j:]))
+				default:
+					v[j] = half.F32FromF16(binary.LittleEndian.Uint16(b[2*j:]))
+				}
+			}
+		}
+		start += p.n
+	}
+	return nil
+}
+
+// verifyPieces checks the CRC-32 of every storage the pieces lie in,
+// reading what the export did not need of them (padding, the rest of a
+// flat buffer).
+func verifyPieces(where [][]piece) error {
+	seen := map[*ptfile.Storage]bool{}
+	for _, ps := range where {
+		for _, p := range ps {
+			if !seen[p.s] {
+				seen[p.s] = true
+				if err := p.f.Verify(p.s); err != nil {
+					return err
+				}
+			}
+		}
+	}
+	return nil
 }
 
 // checkFile checks one file against a rank's manifest.
@@ -176,12 +243,30 @@ func fileExists(p string) bool {
 	return err == nil
 }
 
-// locate finds each parameter's name, shape and pieces.
-func locate(man manifest, dtype string, open func(string, int) (*ptfile.File, error)) (names []string, shapes [][]int, where [][]piece, err error) {
+// locate finds each parameter's name, shape and pieces in the checkpoint
+// at path, checking the files it opens against the checkpoint's identity.
+func locate(path string, man manifest, dtype string, open func(string, int) (*ptfile.File, error)) (names []string, shapes [][]int, where [][]piece, err error) {
 	model0, _ := FileNames(man.Stage, 0, dtype)
 	ms, err := open(model0, 0)
 	if err != nil {
 		return nil, nil, nil, err
+	}
+	// expectFor reads the checkpoint's identity once the parameters, in
+	// the flat buffer's order, are known.
+	var x expect
+	var numel int
+	expectFor := func(flat []partition.Param) error {
+		for _, p := range flat {
+			numel += p.Numel
+		}
+		var err error
+		if x, err = newExpect(path, man, dtype, model0, ms.Root, flat); err != nil {
+			return err
+		}
+		if err := checkStorages(ms, numel, len(flat), man.World); err != nil {
+			return err
+		}
+		return x.check(model0, 0, kindModel, ms.Root)
 	}
 	tensorPiece := func(f *ptfile.File, t *ptfile.Tensor, lo, n int64) piece {
 		return piece{f: f, s: t.Storage, dtype: t.DType, off: t.Offset + lo, n: n}
@@ -208,6 +293,13 @@ func locate(man manifest, dtype string, open func(string, int) (*ptfile.File, er
 				where = append(where, []piece{tensorPiece(ms, t, 0, n)})
 			}
 			off += n
+		}
+		flat := make([]partition.Param, len(names))
+		for i := range names {
+			flat[i] = partition.Param{Name: names[i], Numel: int(where[i][0].n)}
+		}
+		if err := expectFor(flat); err != nil {
+			return nil, nil, nil, err
 		}
 		return names, shapes, where, nil
 	}
@@ -238,6 +330,9 @@ func locate(man manifest, dtype string, open func(string, int) (*ptfile.File, er
 			params = append(params, partition.Param{Name: fmt.Sprint(k), Numel: n})
 		}
 	}
+	if err := expectFor(params); err != nil {
+		return nil, nil, nil, err
+	}
 	where = make([][]piece, len(params))
 	// Each rank's fp32 storage(s), as one run of elements.
 	type run struct {
@@ -249,6 +344,12 @@ func locate(man manifest, dtype string, open func(string, int) (*ptfile.File, er
 		_, optim := FileNames(man.Stage, r, dtype)
 		f, err := open(optim, r)
 		if err != nil {
+			return nil, nil, nil, err
+		}
+		if err := x.check(optim, r, kindOptim, f.Root); err != nil {
+			return nil, nil, nil, err
+		}
+		if err := checkStorages(f, numel, len(params), man.World); err != nil {
 			return nil, nil, nil, err
 		}
 		p := "optimizer_state_dict.single_partition_of_fp32_groups"

@@ -14,7 +14,7 @@ import (
 
 // TestExport: the consolidated fp32 weights Export streams out of a
 // checkpoint — dszero's at stages 0–3 on 1–3 ranks (several stage-3
-// sub-groups too), and DeepSpeed's own — are the trained model's bit for
+// sub-groups too, and trained in fp16 and bf16), and DeepSpeed's own — are the trained model's bit for
 // bit, under the parameter names; with DType BF16 each is rounded to
 // nearest even.
 func TestExport(t *testing.T) {
@@ -43,9 +43,12 @@ func TestExport(t *testing.T) {
 			}
 		}
 	}
-	for _, tc := range []struct{ stage, world, subGroup int }{{0, 1, 0}, {1, 2, 0}, {2, 3, 0}, {3, 2, 1000}, {3, 3, 0}} {
-		t.Run(fmt.Sprintf("z%d_w%d", tc.stage, tc.world), func(t *testing.T) {
-			plan, err := ztest.Plan(stageJSON(tc.stage, "fp32", tc.subGroup), tc.world)
+	for _, tc := range []struct {
+		stage, world, subGroup int
+		dtype                  string
+	}{{0, 1, 0, "fp32"}, {1, 2, 0, "fp32"}, {2, 3, 0, "fp32"}, {3, 2, 1000, "fp32"}, {3, 3, 0, "fp32"}, {2, 2, 0, "fp16"}, {3, 2, 0, "bf16"}} {
+		t.Run(fmt.Sprintf("z%d_w%d_%s", tc.stage, tc.world, tc.dtype), func(t *testing.T) {
+			plan, err := ztest.Plan(stageJSON(tc.stage, tc.dtype, tc.subGroup), tc.world)
 			if err != nil {
 				t.Fatal(err)
 			}

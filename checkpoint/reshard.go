@@ -28,10 +28,13 @@ type full struct {
 	resume []float64 // rank 0's first group's: the same for every group (zcore.OptimState.Resume)
 }
 
-func reshard(path string, man manifest, e *zero.Engine, o Options, rank int) (zero.State, error) {
+func reshard(path string, man manifest, x expect, e *zero.Engine, o Options, rank int) (zero.State, error) {
 	plan, l := e.Plan(), o.Layout
 	if plan.Zero.RoundRobinGradients {
 		return zero.State{}, fmt.Errorf("checkpoint %s was saved at stage %d on %d ranks: resuming it with round_robin_gradients on another layout is not supported; resume at stage %d on %d ranks, or without round_robin_gradients", path, man.Stage, man.World, man.Stage, man.World)
+	}
+	if x.ref.RoundRobin {
+		return zero.State{}, fmt.Errorf("checkpoint %s was saved with round_robin_gradients at stage %d on %d ranks: resharding it is not supported; resume it at stage %d on %d ranks with round_robin_gradients", path, man.Stage, man.World, man.Stage, man.World)
 	}
 	ranks := man.World
 	if man.Stage == 0 {
@@ -40,7 +43,7 @@ func reshard(path string, man manifest, e *zero.Engine, o Options, rank int) (ze
 	saved := make([]zero.State, ranks)
 	for r := range saved {
 		var err error
-		if saved[r], err = readSaved(path, man.Stage, r, man.World, plan.Precision.DType, l); err != nil {
+		if saved[r], err = readSaved(path, x, man.Stage, r, man.World, plan.Precision.DType, l); err != nil {
 			return zero.State{}, err
 		}
 	}

@@ -278,7 +278,19 @@ type Tensor struct {
 	// piece at a time (not with Transpose): a tensor written without ever
 	// being whole in memory.
 	Stream func(yield func([]float32) error) error
+	// ReadAt, instead of Data or Stream, reads values [off, off+len(dst))
+	// of what Data would hold — with Transpose, of the (Shape[1],
+	// Shape[0]) tensor — into dst. The writer reads a block of at most
+	// readBlock values at a time, each value once: in order, or, with
+	// Transpose, a run of every source row per block of the file's rows.
+	// A tensor is then written, transposed or not, without ever being
+	// whole in memory.
+	ReadAt func(dst []float32, off int) error
 }
+
+// readBlock is how many values the writer reads from a Tensor.ReadAt at
+// a time (16 MiB of float32).
+const readBlock = 1 << 22
 
 // WriteSafetensors writes F32 tensors, in the given order, to path. It
 // writes path+".tmp" and renames it, so a crash never leaves a truncated
@@ -309,7 +321,7 @@ func WriteSafetensors(path string, tensors []Tensor, metadata map[string]string)
 		for _, d := range t.Shape {
 			n *= d
 		}
-		if t.Stream == nil && n != len(t.Data) || t.Transpose && (len(t.Shape) != 2 || t.Stream != nil) {
+		if t.Stream == nil && t.ReadAt == nil && n != len(t.Data) || t.Transpose && (len(t.Shape) != 2 || t.Stream != nil) {
 			panic(fmt.Sprintf("model: tensor %s: shape %v (transpose %v) does not fit %d elements", t.Name, t.Shape, t.Transpose, len(t.Data)))
 		}
 		dt := t.DType
@@ -397,6 +409,12 @@ func WriteSafetensors(path string, tensors []Tensor, metadata map[string]string)
 			}
 			continue
 		}
+		if t.ReadAt != nil {
+			if err := readBlocks(t, put); err != nil {
+				return fmt.Errorf("%s: tensor %s: %w", path, t.Name, err)
+			}
+			continue
+		}
 		if !t.Transpose {
 			for _, v := range t.Data {
 				put(v)
@@ -418,4 +436,48 @@ func WriteSafetensors(path string, tensors []Tensor, metadata map[string]string)
 		return fmt.Errorf("%s: %w", tmp, err)
 	}
 	return os.Rename(tmp, path)
+}
+
+// readBlocks puts t's values, in the file's C order, reading them from
+// t.ReadAt a block at a time. Transposed, the file's (rows, cols) tensor
+// is the source's (cols, rows) one: a block of the file's rows [r0, r1)
+// is, in each of the source's cols rows, the run [r0, r1).
+func readBlocks(t Tensor, put func(float32)) error {
+	n := 1
+	for _, d := range t.Shape {
+		n *= d
+	}
+	if !t.Transpose {
+		buf := make([]float32, min(n, readBlock))
+		for off := 0; off < n; off += len(buf) {
+			b := buf[:min(len(buf), n-off)]
+			if err := t.ReadAt(b, off); err != nil {
+				return err
+			}
+			for _, v := range b {
+				put(v)
+			}
+		}
+		return nil
+	}
+	rows, cols := t.Shape[0], t.Shape[1]
+	if n == 0 {
+		return nil
+	}
+	per := max(1, readBlock/cols) // file rows per block
+	buf := make([]float32, min(rows, per)*cols)
+	for r0 := 0; r0 < rows; r0 += per {
+		k := min(per, rows-r0)
+		for c := range cols { // source row c holds file column c
+			if err := t.ReadAt(buf[c*k:(c+1)*k], c*rows+r0); err != nil {
+				return err
+			}
+		}
+		for r := range k {
+			for c := range cols {
+				put(buf[c*k+r])
+			}
+		}
+	}
+	return nil
 }

@@ -22,9 +22,19 @@ type Options struct {
 	// MaxValues bounds the values the pickle expands to, a value reached
 	// through several shared references counted each time, so that a few
 	// kilobytes cannot describe 2^60 values for a caller to walk ("billion
-	// laughs"). 0 means 1<<24; real DeepSpeed files hold under 10^5.
+	// laughs"). It also bounds the values the pickle machine builds on
+	// its way there, each push counted, so that the memory a read takes
+	// is bounded too. 0 means 1<<24; real DeepSpeed files hold under 10^5.
 	MaxValues int64
+	// MaxPickleBytes bounds data.pkl's size, checked before it is read: a
+	// compressed entry of a few megabytes can inflate to gigabytes. 0
+	// means 64 MiB; real checkpoints' pickles are kilobytes to a few
+	// megabytes, their tensors being stored beside it.
+	MaxPickleBytes int64
 }
+
+// DefaultMaxPickleBytes is MaxPickleBytes' default.
+const DefaultMaxPickleBytes = 64 << 20
 
 // DeepSpeedClasses are the classes Options.DeepSpeed accepts. The reference
 // DeepSpeed 0.14.5 checkpoints hold the first, third and fourth;
@@ -90,12 +100,16 @@ var coreGlobals = func() map[string]*global {
 type allowList struct {
 	extra     map[string]bool
 	maxValues int64
+	maxPickle int64
 }
 
 func newAllowList(o Options) *allowList {
-	a := &allowList{extra: map[string]bool{}, maxValues: o.MaxValues}
+	a := &allowList{extra: map[string]bool{}, maxValues: o.MaxValues, maxPickle: o.MaxPickleBytes}
 	if a.maxValues <= 0 {
 		a.maxValues = 1 << 24
+	}
+	if a.maxPickle <= 0 {
+		a.maxPickle = DefaultMaxPickleBytes
 	}
 	if o.DeepSpeed {
 		for _, c := range DeepSpeedClasses {
@@ -131,8 +145,9 @@ func (a *allowList) find(module, name string) (*global, error) {
 	if a.extra[full] {
 		return &global{module: module, name: name, role: roleOpaque}, nil
 	}
+	msg := fmt.Sprintf("class %s is not allowed (reading never runs code from a checkpoint)", full)
 	if slices.Contains(DeepSpeedClasses, full) {
-		return nil, fmt.Errorf("class %s is not allowed: set Options.DeepSpeed to keep DeepSpeed's classes as opaque objects (reading never runs code)", full)
+		return nil, &refusal{msg: msg, option: "DeepSpeed", hint: "set Options.DeepSpeed to keep DeepSpeed's classes as opaque objects"}
 	}
-	return nil, fmt.Errorf("class %s is not allowed (reading never runs code from a checkpoint); if it is plain data, Options.Classes = []string{%q} keeps it as an opaque Object", full, full)
+	return nil, &refusal{msg: msg, option: "Classes", hint: fmt.Sprintf("if it is plain data, Options.Classes = []string{%q} keeps it as an opaque Object", full)}
 }

@@ -81,17 +81,22 @@
 // opcode set, each checked) plus protocol 4's framing and short forms, in
 // about 850 lines (unpickle.go, rebuild.go) with no panics: every read is
 // bounds-checked against data.pkl, every pop against the current MARK, and
-// the result is limited in depth (1000), in expanded size
-// (Options.MaxValues, so shared references cannot explode) and may not
-// contain itself.
+// the result is limited in depth (1000), in the values it builds and
+// expands to (Options.MaxValues, so shared references cannot explode) and
+// may not contain itself. data.pkl itself is limited in size
+// (Options.MaxPickleBytes), checked before it is inflated.
 //
 // The archive is checked as it is read: a missing or duplicate entry, a
-// truncated file, a CRC mismatch, a storage entry whose size is not the
-// pickle's numel × element size, and a view reaching past its storage are all
-// errors naming the file and the entry. Open reads the pickle and checks the
-// directory; storage bytes are read one entry at a time by File.Load, so a
-// reader can bound its memory to what it uses. float16 and bfloat16 stay as
-// their bits (Storage.Data, Tensor.Uint16s); Tensor.Float32s widens on request.
+// truncated file, a CRC-32 mismatch (ErrChecksum), a storage entry whose
+// size is not the pickle's numel × element size, and a view reaching past
+// its storage are all errors naming the file and the entry (*Error). Open
+// reads the pickle and checks the directory; storage bytes are read one
+// entry at a time by File.Load, or streamed a piece at a time by
+// File.ReadAt, whose pieces are checked against the entry's CRC-32 as they
+// are read (entry.go), so a reader can bound its memory to what it uses.
+// A compressed entry may declare any size: Storage.NBytes says it before
+// Load allocates it. float16 and bfloat16 stay as their bits
+// (Storage.Data, Tensor.Uint16s); Tensor.Float32s widens on request.
 //
 // # Writing
 //

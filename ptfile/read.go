@@ -3,7 +3,6 @@ package ptfile
 import (
 	"archive/zip"
 	"bytes"
-	"errors"
 	"fmt"
 	"io"
 	"math"
@@ -32,6 +31,10 @@ type File struct {
 	entries map[string]*zip.File
 	byKey   map[string]*Storage
 	closer  io.Closer
+	// cursors follow the streamed reads of each storage (ReadAt): how far
+	// its CRC-32 is known, and a compressed entry's inflating stream.
+	cursors map[*Storage]*cursor
+	scratch []byte // for hashing the bytes a read skips
 }
 
 // Read reads the checkpoint at path with every storage loaded.
@@ -69,7 +72,7 @@ func Open(path string, opts Options) (*File, error) {
 
 // NewReader reads a checkpoint of size bytes from r; name is used in errors.
 func NewReader(r io.ReaderAt, size int64, name string, opts Options) (*File, error) {
-	f := &File{Name: name, size: size, ra: r, entries: map[string]*zip.File{}, byKey: map[string]*Storage{}}
+	f := &File{Name: name, size: size, ra: r, entries: map[string]*zip.File{}, byKey: map[string]*Storage{}, cursors: map[*Storage]*cursor{}}
 	zr, err := zip.NewReader(r, size)
 	if err != nil {
 		var magic [2]byte
@@ -100,24 +103,25 @@ func NewReader(r io.ReaderAt, size int64, name string, opts Options) (*File, err
 		return nil, err
 	}
 	pklName := f.Archive + "/data.pkl"
-	pkl, err := f.readEntry(f.entries[pklName], -1)
-	if err != nil {
-		return nil, f.errorf(pklName, "%v", err)
+	allow := newAllowList(opts)
+	pzf := f.entries[pklName]
+	if pzf.UncompressedSize64 > uint64(allow.maxPickle) {
+		// Refused before inflating: a few megabytes of deflate can declare,
+		// and inflate to, gigabytes.
+		return nil, f.fileError(pklName, &refusal{
+			msg:    fmt.Sprintf("the pickle is %d bytes, more than the %d a checkpoint's may have (real ones are kilobytes to a few megabytes): a corrupt or crafted file", pzf.UncompressedSize64, allow.maxPickle),
+			option: "MaxPickleBytes", hint: "Options.MaxPickleBytes raises the limit"})
 	}
-	root, err := unpickle(pkl, newAllowList(opts), f.persistentLoad)
+	pkl, err := f.readEntry(pzf, -1)
 	if err != nil {
-		return nil, f.errorf(pklName, "%v", err)
+		return nil, f.fileError(pklName, err)
+	}
+	root, err := unpickle(pkl, allow, f.persistentLoad)
+	if err != nil {
+		return nil, f.fileError(pklName, err)
 	}
 	f.Root = root
 	return f, nil
-}
-
-func (f *File) errorf(entry, format string, args ...any) error {
-	msg := fmt.Sprintf(format, args...)
-	if entry != "" {
-		return fmt.Errorf("ptfile: %s: %s: %s", f.Name, entry, msg)
-	}
-	return fmt.Errorf("ptfile: %s: %s", f.Name, msg)
 }
 
 // checkRecords checks the small records beside data.pkl: version (required,
@@ -128,75 +132,30 @@ func (f *File) checkRecords() error {
 	if zf == nil {
 		return f.errorf(name, "missing (every torch.save archive has one)")
 	}
+	if zf.UncompressedSize64 > maxRecord {
+		return f.errorf(name, "a %d-byte record (torch writes a few bytes)", zf.UncompressedSize64)
+	}
 	b, err := f.readEntry(zf, -1)
 	if err != nil {
-		return f.errorf(name, "%v", err)
+		return f.fileError(name, err)
 	}
 	if v, err := strconv.Atoi(strings.TrimSpace(string(b))); err != nil || v < 1 {
 		return f.errorf(name, "format version %q is not a positive integer", b)
 	}
 	name = f.Archive + "/byteorder"
 	if zf := f.entries[name]; zf != nil {
+		if zf.UncompressedSize64 > maxRecord {
+			return f.errorf(name, "a %d-byte record (torch writes a few bytes)", zf.UncompressedSize64)
+		}
 		b, err := f.readEntry(zf, -1)
 		if err != nil {
-			return f.errorf(name, "%v", err)
+			return f.fileError(name, err)
 		}
 		if string(b) != "little" {
 			return f.errorf(name, "byte order %q: only little-endian checkpoints are supported", b)
 		}
 	}
 	return nil
-}
-
-// readEntry reads a whole entry, checking its CRC. want, when not -1, is
-// the size the entry must have. Memory is bounded by the archive: a stored
-// entry must lie inside it, and a compressed one is read as it inflates.
-func (f *File) readEntry(zf *zip.File, want int64) ([]byte, error) {
-	n := zf.UncompressedSize64
-	if want >= 0 && n != uint64(want) {
-		return nil, fmt.Errorf("entry holds %d bytes, want %d", n, want)
-	}
-	off, err := zf.DataOffset()
-	if err != nil {
-		return nil, err
-	}
-	if zf.CompressedSize64 > uint64(f.size) || uint64(off)+zf.CompressedSize64 > uint64(f.size) {
-		return nil, fmt.Errorf("entry data runs past the end of the file (truncated?)")
-	}
-	rc, err := zf.Open()
-	if err != nil {
-		return nil, err
-	}
-	defer rc.Close()
-	var buf []byte
-	if zf.Method == zip.Store {
-		if zf.CompressedSize64 != n {
-			return nil, fmt.Errorf("stored entry of %d bytes claims %d uncompressed", zf.CompressedSize64, n)
-		}
-		buf = make([]byte, n)
-		_, err = io.ReadFull(rc, buf)
-	} else {
-		if n > math.MaxInt64 {
-			return nil, fmt.Errorf("entry size %d", n)
-		}
-		buf, err = io.ReadAll(io.LimitReader(rc, int64(n)))
-		if err == nil && uint64(len(buf)) != n {
-			err = io.ErrUnexpectedEOF
-		}
-	}
-	if err == nil {
-		// Read to the end: archive/zip checks the CRC there.
-		var one [1]byte
-		if _, err = io.ReadFull(rc, one[:]); err == io.EOF {
-			err = nil
-		} else if err == nil {
-			err = errors.New("entry longer than its recorded size")
-		}
-	}
-	if err != nil {
-		return nil, fmt.Errorf("reading entry: %w", err)
-	}
-	return buf, nil
 }
 
 // persistentLoad resolves a storage's persistent id
@@ -238,50 +197,6 @@ func (f *File) persistentLoad(pid []any) (*Storage, error) {
 	return s, nil
 }
 
-// Load reads one storage's bytes (checking size and CRC) into s.Data.
-func (f *File) Load(s *Storage) error {
-	if s.Data != nil {
-		return nil
-	}
-	if f.byKey[s.Key] != s {
-		return fmt.Errorf("ptfile: %s: storage %q is not from this file", f.Name, s.Key)
-	}
-	name := f.Archive + "/data/" + s.Key
-	b, err := f.readEntry(f.entries[name], s.NBytes())
-	if err != nil {
-		return f.errorf(name, "%v", err)
-	}
-	s.Data = b
-	return nil
-}
-
-// ReadAt reads bytes [off, off+len(p)) of storage s without loading it:
-// streaming a large storage a piece at a time (dszero export). The entry
-// must be stored uncompressed, as torch.save writes them; the CRC of a
-// partial read is not checked (a checkpoint's manifest checksums cover the
-// whole file).
-func (f *File) ReadAt(s *Storage, p []byte, off int64) error {
-	if f.byKey[s.Key] != s {
-		return fmt.Errorf("ptfile: %s: storage %q is not from this file", f.Name, s.Key)
-	}
-	name := f.Archive + "/data/" + s.Key
-	zf := f.entries[name]
-	if zf.Method != zip.Store {
-		return f.errorf(name, "compressed storage: read it whole with Load")
-	}
-	if off < 0 || off+int64(len(p)) > s.NBytes() {
-		return f.errorf(name, "bytes [%d, %d) of a %d-byte storage", off, off+int64(len(p)), s.NBytes())
-	}
-	base, err := zf.DataOffset()
-	if err != nil {
-		return f.errorf(name, "%v", err)
-	}
-	if _, err := f.ra.ReadAt(p, base+off); err != nil {
-		return f.errorf(name, "%v", err)
-	}
-	return nil
-}
-
 // LoadAll loads every storage.
 func (f *File) LoadAll() error {
 	for _, s := range f.Storages {
@@ -294,6 +209,12 @@ func (f *File) LoadAll() error {
 
 // Close closes the file Open opened (NewReader's reader is the caller's).
 func (f *File) Close() error {
+	for _, c := range f.cursors {
+		if c.rc != nil {
+			c.rc.Close()
+			c.rc = nil
+		}
+	}
 	if f.closer == nil {
 		return nil
 	}

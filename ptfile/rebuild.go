@@ -251,7 +251,7 @@ func (f *freezer) freeze(v any, depth int) (any, int64, error) {
 				return err
 			}
 			if n += m; n > f.max {
-				return fmt.Errorf("the pickle expands to more than %d values (Options.MaxValues)", f.max)
+				return tooManyValues("expands to", f.max)
 			}
 			items[i] = fx
 		}
@@ -283,7 +283,7 @@ func (f *freezer) freeze(v any, depth int) (any, int64, error) {
 		}
 	}
 	if err == nil && n > f.max {
-		err = fmt.Errorf("the pickle expands to more than %d values (Options.MaxValues)", f.max)
+		err = tooManyValues("expands to", f.max)
 	}
 	if err != nil {
 		return nil, 0, err

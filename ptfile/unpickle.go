@@ -39,6 +39,7 @@ type unpickler struct {
 	marks []int // stack heights at each MARK
 	memo  map[uint32]any
 	allow *allowList
+	built int64 // values pushed and memoized so far: bounded by allow.maxValues
 	// persistent resolves a persistent id (a storage) to a *Storage.
 	persistent func(pid []any) (*Storage, error)
 }
@@ -110,7 +111,17 @@ func (u *unpickler) line() (string, error) {
 	return "", fmt.Errorf("%w: no end of line", errTruncated)
 }
 
-func (u *unpickler) push(v any) { u.stack = append(u.stack, v) }
+func (u *unpickler) push(v any) {
+	u.built++
+	u.stack = append(u.stack, v)
+}
+
+// tooManyValues is the refusal of a pickle that builds or expands to more
+// than max values.
+func tooManyValues(what string, max int64) error {
+	return &refusal{msg: fmt.Sprintf("the pickle %s more than %d values (a checkpoint's hold far fewer: a corrupt or crafted file)", what, max),
+		option: "MaxValues", hint: "Options.MaxValues raises the limit"}
+}
 
 func (u *unpickler) floor() int {
 	if len(u.marks) == 0 {
@@ -171,6 +182,9 @@ func (u *unpickler) run() (any, error) {
 		}
 		if err := u.step(code); err != nil {
 			return nil, err
+		}
+		if u.built > u.allow.maxValues {
+			return nil, tooManyValues("builds", u.allow.maxValues)
 		}
 	}
 }
@@ -340,6 +354,7 @@ func (u *unpickler) step(code byte) error {
 			}
 		}
 		u.memo[uint32(idx)] = v
+		u.built++
 	case 'h', 'j': // BINGET, LONG_BINGET
 		idx, err := u.uint(argWidth(code))
 		if err != nil {

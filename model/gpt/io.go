@@ -202,8 +202,13 @@ func ReadConfig(path string) (Config, error) {
 	return c, errors.Join(errs...)
 }
 
-// WriteConfig writes cfg as a Hugging Face GPT-2 config.json.
-func WriteConfig(path string, cfg Config) error {
+// WriteConfig writes cfg as a Hugging Face GPT-2 config.json, for
+// float32 weights.
+func WriteConfig(path string, cfg Config) error { return WriteConfigDType(path, cfg, "float32") }
+
+// WriteConfigDType is WriteConfig for weights stored as torchDtype, as
+// transformers' torch_dtype names it: "float32", "bfloat16", "float16".
+func WriteConfigDType(path string, cfg Config, torchDtype string) error {
 	cfg = cfg.WithDefaults()
 	eps := json.Number(strconv.FormatFloat(float64(cfg.Eps), 'g', -1, 32))
 	act := "gelu_new"
@@ -212,7 +217,7 @@ func WriteConfig(path string, cfg Config) error {
 		VocabSize: &cfg.Vocab, NPositions: &cfg.Context, NCtx: &cfg.Context,
 		NEmbd: &cfg.Dim, NLayer: &cfg.Layers, NHead: &cfg.Heads,
 		ActivationFunction: &act, LayerNormEpsilon: &eps, TieWordEmbeddings: &cfg.Tied,
-		TorchDtype: "float32",
+		TorchDtype: torchDtype,
 	}
 	if cfg.MLP != 4*cfg.Dim {
 		h.NInner = &cfg.MLP

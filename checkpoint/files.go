@@ -1,0 +1,106 @@
+package checkpoint
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/dszero/dszero/model"
+	"github.com/dszero/dszero/ptfile"
+)
+
+// Reading a checkpoint's .pt files. Every file is opened — its pickle
+// read, nothing else — and the storages it declares are checked against
+// what the model needs before any is read: a compressed entry of a few
+// megabytes may declare, and inflate to, gigabytes. Errors are the ones a
+// user of dszero train --load or dszero export can act on: ptfile's hints
+// about its Go Options (which this package sets itself) become what to do
+// about the file.
+
+// openFile opens a checkpoint file, its pickle read and checked.
+func openFile(path string) (*ptfile.File, error) {
+	f, err := ptfile.Open(path, ptfile.Options{DeepSpeed: true})
+	if err != nil {
+		return nil, userError(err)
+	}
+	return f, nil
+}
+
+// readFile reads a checkpoint file whole for a model of layout l saved on
+// world ranks, refusing storages larger than such a checkpoint holds
+// before reading them.
+func readFile(path string, l *model.Layout, world int) (any, error) {
+	f, err := openFile(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	if err := checkStorages(f, l.Numel, len(l.Specs), world); err != nil {
+		return nil, err
+	}
+	if err := f.LoadAll(); err != nil {
+		return nil, userError(err)
+	}
+	return f.Root, nil
+}
+
+// storageLimit is the most bytes one storage of a checkpoint of a model
+// of numel parameters in params tensors, saved on world ranks, may
+// declare. The largest a checkpoint needs is a flat
+// buffer of every parameter, or a rank's partition of one with its
+// padding (under 2·world elements at stages 1 and 2, under world per
+// parameter at stage 3), in fp32 — taken twice over, as float64 — plus
+// 64 KiB for the small tensors client state may add (RNG states).
+func storageLimit(numel, params, world int) int64 {
+	elems := int64(numel) + int64(world)*int64(params+2)
+	return 8*elems + 64<<10
+}
+
+// maxStoragesPerFile bounds a file's storages together, in units of
+// storageLimit: the fattest file, a stage-0 fp16 model-states file, holds
+// the 16-bit module, the fp32 master and two fp32 optimizer states (14
+// bytes a parameter).
+const maxStoragesPerFile = 4
+
+// checkStorages checks the storages f declares against the model before
+// any is read.
+func checkStorages(f *ptfile.File, numel, params, world int) error {
+	limit := storageLimit(numel, params, world)
+	var total int64
+	for _, s := range f.Storages {
+		if n := s.NBytes(); n > limit {
+			return fmt.Errorf("checkpoint: %s: storage %s/data/%s declares %d %s elements (%d bytes); a checkpoint of this model (%d parameters, %d ranks) holds at most %d bytes in one: the file is corrupted or is not this model's checkpoint",
+				f.Name, f.Archive, s.Key, s.Numel, s.DType, n, numel, world, limit)
+		}
+		total += s.NBytes()
+	}
+	if total > maxStoragesPerFile*limit {
+		return fmt.Errorf("checkpoint: %s: its %d storages declare %d bytes; a checkpoint file of this model (%d parameters, %d ranks) holds at most %d: the file is corrupted or is not this model's checkpoint",
+			f.Name, len(f.Storages), total, numel, world, maxStoragesPerFile*limit)
+	}
+	return nil
+}
+
+// userError replaces the Go hint of a ptfile error (an Options field that
+// would accept the file) by what a user can do about the file.
+func userError(err error) error {
+	var pe *ptfile.Error
+	if !errors.As(err, &pe) || pe.Option == "" {
+		return err
+	}
+	hint := "the file is corrupted, or is not a checkpoint DeepSpeed or dszero wrote: restore it from a good copy"
+	if pe.Option == "Classes" || pe.Option == "DeepSpeed" {
+		hint = "dszero reads only checkpoint data — tensors, numbers, strings, containers and DeepSpeed's own classes: " +
+			"save the checkpoint without that object (for example, leave it out of the client_state given to save_checkpoint), " +
+			"or load the file in Python with torch.load(weights_only=False), drop the object and torch.save it again"
+	}
+	return &fileError{pe: pe, hint: hint}
+}
+
+// fileError is a ptfile error with a hint for dszero's users.
+type fileError struct {
+	pe   *ptfile.Error
+	hint string
+}
+
+func (e *fileError) Error() string { return e.pe.Message() + ": " + e.hint }
+func (e *fileError) Unwrap() error { return e.pe }
