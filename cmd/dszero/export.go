@@ -46,7 +46,7 @@ func runExport(args []string, stdout, stderr io.Writer) int {
 			return fail("%v", err)
 		}
 		opts.Rename = func(names []string, shapes [][]int) ([]string, []bool, error) {
-			return hfNames(mc, *modelArg, names, shapes)
+			return gpt2HFNames(mc, *modelArg, names, shapes)
 		}
 	}
 	if err := os.MkdirAll(out, 0o755); err != nil {
@@ -72,14 +72,14 @@ func runExport(args []string, stdout, stderr io.Writer) int {
 	return 0
 }
 
-// hfNames maps a checkpoint's parameters to the Hugging Face GPT-2 names
+// gpt2HFNames maps a checkpoint's parameters to the Hugging Face GPT-2 names
 // of model cfg (--model arg), and says which to transpose: dszero's own
 // names (blocks.0.attn.qkv.weight, stored (out, in)) become Hugging
 // Face's (h.0.attn.c_attn.weight, whose Conv1D stores (in, out)); a
 // checkpoint of a Hugging Face model already has them (with or without
 // the "transformer." prefix) and is written as it is. Every parameter of
 // the model must be there once, with its shape.
-func hfNames(cfg gpt.Config, arg string, names []string, shapes [][]int) ([]string, []bool, error) {
+func gpt2HFNames(cfg gpt.Config, arg string, names []string, shapes [][]int) ([]string, []bool, error) {
 	l := cfg.WithDefaults().Layout()
 	type want struct {
 		hf    string
