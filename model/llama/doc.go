@@ -1,0 +1,3 @@
+// Package llama is the Llama decoder family, forward and backward by
+// hand on a flat parameter buffer.
+package llama
