@@ -239,9 +239,21 @@ func (c Config) WithDefaults() Config {
 }
 
 // Validate reports every problem with c (after WithDefaults).
-func (c Config) Validate() error {
+func (c Config) Validate() error { return joinPrefixed("llama", c.problems()) }
+
+// joinPrefixed joins errs, each prefixed.
+func joinPrefixed(prefix string, errs []error) error {
+	out := make([]error, len(errs))
+	for i, e := range errs {
+		out[i] = fmt.Errorf("%s: %w", prefix, e)
+	}
+	return errors.Join(out...)
+}
+
+// problems lists what is wrong with c.
+func (c Config) problems() []error {
 	var errs []error
-	bad := func(format string, a ...any) { errs = append(errs, fmt.Errorf("llama: "+format, a...)) }
+	bad := func(format string, a ...any) { errs = append(errs, fmt.Errorf(format, a...)) }
 	if c.Family < 0 || int(c.Family) >= len(familyInfo) {
 		bad("unknown Family %d", int(c.Family))
 	}
@@ -266,9 +278,7 @@ func (c Config) Validate() error {
 	if !(c.InitializerRange >= 0) || math.IsInf(c.InitializerRange, 0) {
 		bad("InitializerRange = %g, must be >= 0", c.InitializerRange)
 	}
-	if err := c.Rope.validate(); err != nil {
-		errs = append(errs, err)
-	}
+	errs = append(errs, c.Rope.problems()...)
 	if c.AttentionBias && c.Family != Llama && c.Family != Qwen3 {
 		bad("AttentionBias is a llama/qwen3 setting; %v has fixed biases", c.Family)
 	}
@@ -305,13 +315,13 @@ func (c Config) Validate() error {
 	default:
 		bad("DType = %q, want float32, bfloat16 or float16", c.DType)
 	}
-	return errors.Join(errs...)
+	return errs
 }
 
-func (r Rope) validate() error {
+func (r Rope) problems() []error {
 	var errs []error
 	bad := func(format string, a ...any) {
-		errs = append(errs, fmt.Errorf("llama: rope_type %q: "+format, append([]any{r.Type}, a...)...))
+		errs = append(errs, fmt.Errorf("rope_type %q: "+format, append([]any{r.Type}, a...)...))
 	}
 	if !(r.Theta > 0) || math.IsInf(r.Theta, 0) {
 		bad("rope_theta = %g, must be > 0", r.Theta)
@@ -323,8 +333,8 @@ func (r Rope) validate() error {
 			bad("factor = %g, must be > 0", r.Factor)
 		}
 	default:
-		return fmt.Errorf("llama: rope_type %q is not implemented (want %s, %s, %s, %s or %s)",
-			r.Type, RopeDefault, RopeLinear, RopeDynamic, RopeYarn, RopeLlama3)
+		return []error{fmt.Errorf("rope_type %q is not implemented (want %s, %s, %s, %s or %s)",
+			r.Type, RopeDefault, RopeLinear, RopeDynamic, RopeYarn, RopeLlama3)}
 	}
 	if r.Type == RopeLlama3 {
 		if r.OriginalMaxPositions <= 0 {
@@ -339,7 +349,7 @@ func (r Rope) validate() error {
 			bad("original_max_position_embeddings, beta_fast, beta_slow and attention_factor must not be negative")
 		}
 	}
-	return errors.Join(errs...)
+	return errs
 }
 
 // Window is layer l's sliding window (0: full causal attention).

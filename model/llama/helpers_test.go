@@ -5,6 +5,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/dszero/dszero/mem"
@@ -192,3 +193,8 @@ func goldenTensors(t testing.TB, f *model.SafetensorsFile, l *model.Layout, pref
 	}
 	return out
 }
+
+func newRand(seed uint64) *rand.Rand { return rand.New(rand.NewPCG(seed, seed+1)) }
+
+// contains reports whether err's message contains s.
+func contains(err error, s string) bool { return err != nil && strings.Contains(err.Error(), s) }

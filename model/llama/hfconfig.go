@@ -242,8 +242,8 @@ func ParseConfig(path string, b []byte) (Config, error) {
 	c.Rope = readRope(f)
 	if len(errs) == 0 {
 		c = c.WithDefaults()
-		if err := c.Validate(); err != nil {
-			errs = append(errs, fmt.Errorf("llama: %s: %w", path, err))
+		if err := joinPrefixed("llama: "+path, c.problems()); err != nil {
+			errs = append(errs, err)
 		}
 	}
 	return c, errors.Join(errs...)

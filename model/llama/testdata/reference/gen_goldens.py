@@ -114,7 +114,7 @@ ROPE_CASES = {
                                                           high_freq_factor=4.0,
                                                           original_max_position_embeddings=512)),
     "yarn": dict(rope_theta=10000.0, rope_scaling=dict(type="yarn", factor=8.0)),
-    "yarn_original": dict(rope_theta=1000000.0, rope_scaling=dict(rope_type="yarn", factor=4.0,
+    "yarn_original": dict(rope_theta=1000000.0, rope_scaling=dict(rope_type="yarn", factor=8.0,
                                                                    original_max_position_embeddings=1024)),
     "yarn_betas_attention": dict(rope_theta=10000.0, rope_scaling=dict(rope_type="yarn", factor=8.0, beta_fast=16.0,
                                                                         beta_slow=2.0, attention_factor=0.75)),
