@@ -33,12 +33,12 @@ import (
 // attnShape is what the forward and backward jobs share.
 type attnShape struct {
 	gemm              model.Gemmer
-	B, T, nH, nKV, D  int
+	T, nH, nKV, D     int
 	window            int     // 0: full causal
 	blk               []int32 // (B·T) index within its row of each token's block start
 	scale             float32
 	round             func([]float32)
-	attRows, attSize  int // T and T·T: one head's att in (B, nH, T, T)
+	attSize           int // T·T: one head's att in (B, nH, T, T)
 	qStride, kvStride int // nH·D and nKV·D
 	rep               int
 	q, k, v, att      []float32

@@ -175,8 +175,7 @@ func (m *Model) matmulForward(out, inp, w, bias []float32, N, IC, OC int) {
 // matmulBackward: dinp (N, IC) = dout (N, OC) · w; dw (OC, IC) += doutᵀ · inp;
 // dbias (OC) += Σ_rows dout (dbias nil: no bias).
 func (m *Model) matmulBackward(dinp, dw, dbias, dout, inp, w []float32, N, IC, OC int) {
-	m.opt.Gemm.Sgemm(false, false, N, IC, OC, 1, dout, OC, w, IC, 0, dinp, IC)
-	m.round(dinp[:N*IC])
+	m.linearInputGrad(dinp, dout, w, N, IC, OC)
 	dst := m.gradOut(dw)
 	m.opt.Gemm.Sgemm(true, false, OC, IC, N, 1, dout, OC, inp, IC, 0, dst, IC)
 	m.gradCommit(dw, dst)
@@ -192,6 +191,12 @@ func (m *Model) matmulBackward(dinp, dw, dbias, dout, inp, w []float32, N, IC, O
 	}
 }
 
+// linearInputGrad: dinp (N, IC) = dout (N, OC) · w.
+func (m *Model) linearInputGrad(dinp, dout, w []float32, N, IC, OC int) {
+	m.opt.Gemm.Sgemm(false, false, N, IC, OC, 1, dout, OC, w, IC, 0, dinp, IC)
+	m.round(dinp[:N*IC])
+}
+
 // attention runs the grouped-query attention of layer l forward (la.q,
 // la.k, la.v into la.att and la.y) or backward (a.dy into a.dq, a.dk,
 // a.dv), spread over the pool by (batch row, kv head).
@@ -199,9 +204,9 @@ func (m *Model) attention(l int, la *layerActs, forward bool) {
 	c, a := &m.cfg, &m.a
 	s := &m.jobs.attn
 	*s = attnShape{
-		gemm: m.opt.Gemm, B: a.B, T: a.T, nH: c.Heads, nKV: c.KVHeads, D: c.HeadDim,
+		gemm: m.opt.Gemm, T: a.T, nH: c.Heads, nKV: c.KVHeads, D: c.HeadDim,
 		window: c.Window(l), blk: a.blk, scale: float32(1 / math.Sqrt(float64(c.HeadDim))), round: m.opt.Round,
-		attRows: a.T, attSize: a.T * a.T, qStride: c.qDim(), kvStride: c.kvDim(), rep: c.Heads / c.KVHeads,
+		attSize: a.T * a.T, qStride: c.qDim(), kvStride: c.kvDim(), rep: c.Heads / c.KVHeads,
 		q: la.q, k: la.k, v: la.v, att: la.att, forward: forward,
 	}
 	if forward {
@@ -249,13 +254,16 @@ func (m *Model) crossentropyBackward(d float32, N int) {
 	m.round(a.logits[:N*m.cfg.Vocab])
 }
 
-// embeddingBackward adds dout's rows into dembed's token rows (the
-// padding token's row excepted: nn.Embedding's padding_idx gets no
-// gradient), rounding a row after each add as a 16-bit index_add does.
-// Rows no token touches keep their value, or are zeroed after
-// OverwriteGrads.
+// embeddingBackward adds dout's rows into embed_tokens' gradient at the
+// tokens' rows (the padding token's row excepted: nn.Embedding's
+// padding_idx gets no gradient), rounding a row after each add as a
+// 16-bit index_add does. Tied, the lookup's gradient is first added to
+// the head's (each row rounded: one 16-bit gradient of two uses), and
+// that sum is what is accumulated, as autograd sums the two before
+// AccumulateGrad. Rows no token touches keep their value, or are zeroed
+// after OverwriteGrads.
 func (m *Model) embeddingBackward(dembed, dout []float32, tokens []int32) {
-	H := m.cfg.Hidden
+	H, tied := m.cfg.Hidden, m.cfg.Tied
 	pad := -1
 	if m.cfg.PadTokenID != nil {
 		pad = *m.cfg.PadTokenID
@@ -270,19 +278,26 @@ func (m *Model) embeddingBackward(dembed, dout []float32, tokens []int32) {
 			m.round(d)
 		}
 	}
-	if m.overwriting && !m.cfg.Tied {
+	if m.overwriting && !tied {
+		// The whole of dembed is this Backward's: the tokens' rows, zero
+		// elsewhere (embedding_dense_backward).
 		clear(dembed)
 		scatter(dembed)
 		return
 	}
-	// Add to dembed (accumulated, or holding the tied head's gradient of
-	// this Backward): the fresh gradient is zero outside the tokens' rows,
-	// so only those rows are computed in the scratch and added, each once.
+	// The lookup's gradient is zero outside the tokens' rows, so only those
+	// rows are computed in the scratch and added, each once: into the
+	// accumulated gradient (untied), into the head's gradient that
+	// OverwriteGrads let the head write in place, or into tiedGrad.
 	dst := m.pg[:len(dembed)]
 	for _, tok := range tokens {
 		clear(dst[int(tok)*H:][:H])
 	}
 	scatter(dst)
+	into := dembed
+	if tied && !m.overwriting {
+		into = m.tiedGrad
+	}
 	seen := m.rowSeen
 	clear(seen)
 	for _, tok := range tokens {
@@ -291,6 +306,13 @@ func (m *Model) embeddingBackward(dembed, dout []float32, tokens []int32) {
 			continue
 		}
 		seen[r/64] |= 1 << (r % 64)
-		addInto(dembed[r*H:][:H], dst[r*H:][:H])
+		row := into[r*H:][:H]
+		addInto(row, dst[r*H:][:H])
+		if tied {
+			m.round(row)
+		}
+	}
+	if tied && !m.overwriting {
+		addInto(dembed, m.tiedGrad)
 	}
 }

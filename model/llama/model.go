@@ -74,10 +74,15 @@ type Model struct {
 	savedBuf []float32 // accounted checkpointed layer inputs, pinned-host tier
 	intBytes int64     // accounted bytes of the int32 buffers
 
-	pg      []float32 // one parameter's fresh gradient (mem.Temp); allocated at the first Backward that needs it
-	pgLen   int       // the largest tensor's size
-	colAcc  []float64 // column sums for bias and norm weight gradients
-	rowSeen []uint64  // a bit per embedding row: rows already added in embeddingBackward
+	pg []float32 // one parameter's fresh gradient (mem.Temp); allocated at the first Backward that needs it
+	// tiedGrad (V, H) holds a tied head's gradient of embed_tokens while
+	// the layers run backward, until the embedding's gradient is added to
+	// it and the sum to the accumulated gradient, as autograd sums the
+	// two uses before AccumulateGrad (mem.Temp; only when accumulating).
+	tiedGrad []float32
+	pgLen    int       // the largest tensor's size
+	colAcc   []float64 // column sums for bias and norm weight gradients
+	rowSeen  []uint64  // a bit per embedding row: rows already added in embeddingBackward
 
 	// overwriteNext is set by OverwriteGrads and taken by the next
 	// Backward, which sets overwriting for its duration: each parameter
@@ -180,9 +185,11 @@ func (m *Model) Grads() []float32  { return m.grads }
 // Close frees the activations and scratch and stops the workers.
 func (m *Model) Close() {
 	m.freeActs()
-	if m.pg != nil {
-		m.opt.Acct.FreeF32(mem.Temp, mem.Device, m.pg)
-		m.pg = nil
+	for _, p := range []*[]float32{&m.pg, &m.tiedGrad} {
+		if *p != nil {
+			m.opt.Acct.FreeF32(mem.Temp, mem.Device, *p)
+			*p = nil
+		}
 	}
 	if m.pool != nil {
 		m.pool.close()
@@ -331,7 +338,7 @@ func (m *Model) Backward(dlossScale float32) error {
 	m.state = idle
 	m.overwriting, m.overwriteNext = m.overwriteNext, false
 	// The fresh-gradient scratch (gradOut) is needed to accumulate, and
-	// for a tied embedding, which already holds the head's gradient.
+	// for a tied embedding, whose lookup gradient is added to the head's.
 	if !m.overwriting || m.cfg.Tied {
 		if err := m.gradScratch(); err != nil {
 			m.overwriteNext, m.overwriting = m.overwriting, false
@@ -351,7 +358,15 @@ func (m *Model) Backward(dlossScale float32) error {
 		d = float32(float64(dlossScale) / a.denom)
 	}
 	m.crossentropyBackward(d, N)
-	m.matmulBackward(a.dln, m.g.head, nil, a.logits, a.xf, m.p.head, N, H, V)
+	if m.cfg.Tied && !m.overwriting {
+		// The head's gradient of embed_tokens waits in tiedGrad for the
+		// embedding's (embeddingBackward).
+		m.linearInputGrad(a.dln, a.logits, m.p.head, N, H, V)
+		m.opt.Gemm.Sgemm(true, false, V, H, N, 1, a.logits, V, a.xf, H, 0, m.tiedGrad, H)
+		m.round(m.tiedGrad)
+	} else {
+		m.matmulBackward(a.dln, m.g.head, nil, a.logits, a.xf, m.p.head, N, H, V)
+	}
 	m.rmsnormBackward(a.dres, m.g.norm, a.dln, a.res[L], m.p.norm, a.rstdf, N, H)
 	if err := m.hook(model.HookAfterBackward, head); err != nil {
 		return err
@@ -375,16 +390,23 @@ func (m *Model) Backward(dlossScale float32) error {
 	return m.hook(model.HookAfterBackward, 0)
 }
 
-// gradScratch allocates the fresh-gradient scratch if it is not there yet.
+// gradScratch allocates the fresh-gradient scratch, and a tied head's
+// gradient when accumulating, if they are not there yet.
 func (m *Model) gradScratch() error {
-	if m.pg != nil {
-		return nil
+	if m.pg == nil {
+		pg, err := m.opt.Acct.F32(mem.Temp, mem.Device, m.pgLen)
+		if err != nil {
+			return fmt.Errorf("llama: gradient scratch: %w", err)
+		}
+		m.pg = pg
 	}
-	pg, err := m.opt.Acct.F32(mem.Temp, mem.Device, m.pgLen)
-	if err != nil {
-		return fmt.Errorf("llama: gradient scratch: %w", err)
+	if m.cfg.Tied && !m.overwriting && m.tiedGrad == nil {
+		tg, err := m.opt.Acct.F32(mem.Temp, mem.Device, m.cfg.Vocab*m.cfg.Hidden)
+		if err != nil {
+			return fmt.Errorf("llama: tied head gradient: %w", err)
+		}
+		m.tiedGrad = tg
 	}
-	m.pg = pg
 	return nil
 }
 
