@@ -13,20 +13,24 @@ import (
 // shape and of tiny-llama, with package blas's Auto engine (OpenBLAS when
 // it loads, the benchmark log says which), and reports tokens/s of wall
 // time and tokens per CPU-second (all threads; robust on a shared
-// machine). Run with e.g.
+// machine). workers=1 runs the attention's GEMMs one at a time, each on
+// all of the engine's threads, against the default of one per worker at
+// once. Run with e.g.
 //
 //	go test ./model/llama -run '^$' -bench 'Step/smollm2' -benchtime 2x
 func BenchmarkStep(b *testing.B) {
 	for _, bc := range []struct {
-		preset string
-		B, T   int
-		bf16   bool
-		ckpt   bool
+		preset  string
+		B, T    int
+		bf16    bool
+		ckpt    bool
+		workers int
 	}{
-		{"smollm2-135m", 1, 256, false, false},
-		{"smollm2-135m", 1, 256, false, true},
-		{"tiny-llama", 4, 128, true, false},
-		{"tiny-llama", 4, 128, false, false},
+		{"smollm2-135m", 1, 256, false, false, 0},
+		{"smollm2-135m", 1, 256, false, false, 1},
+		{"smollm2-135m", 1, 256, false, true, 0},
+		{"tiny-llama", 4, 128, false, false, 0},
+		{"tiny-llama", 4, 128, true, false, 0},
 	} {
 		name := fmt.Sprintf("%s/B=%d/T=%d", bc.preset, bc.B, bc.T)
 		if bc.bf16 {
@@ -34,6 +38,9 @@ func BenchmarkStep(b *testing.B) {
 		}
 		if bc.ckpt {
 			name += "/checkpoint"
+		}
+		if bc.workers > 0 {
+			name += fmt.Sprintf("/workers=%d", bc.workers)
 		}
 		b.Run(name, func(b *testing.B) {
 			cfg, err := Preset(bc.preset)
@@ -48,7 +55,7 @@ func BenchmarkStep(b *testing.B) {
 			l := cfg.Layout()
 			params := make([]float32, l.Numel)
 			cfg.InitRange(&l, 1, params, 0)
-			opt := Options{Gemm: e, Checkpoint: bc.ckpt}
+			opt := Options{Gemm: e, Checkpoint: bc.ckpt, Workers: bc.workers}
 			if bc.bf16 {
 				opt.Round = half.RoundBF16
 				half.RoundBF16(params)

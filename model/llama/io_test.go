@@ -12,6 +12,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/dszero/dszero/half"
+	"github.com/dszero/dszero/mem"
 	"github.com/dszero/dszero/model"
 	"github.com/dszero/dszero/model/internal/modeltest"
 )
@@ -192,9 +193,13 @@ func TestSave16Bit(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	m, _ := newTestModel(t, cfg, Options{}, params)
+	m, err := LoadDir("testdata/qwen3", Options{Gemm: modeltest.Gonum(t), Acct: mem.NewAccountant(0)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
 	out := t.TempDir()
-	if err := m.SaveModelDir(out, SaveOptions{}); err != nil {
+	if err := m.SaveDir(out, SaveOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	_, got, err := ReadDir(out)

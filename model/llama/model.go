@@ -41,7 +41,10 @@ type Options struct {
 	// disjoint slices.
 	Round func([]float32)
 	// Workers bounds the goroutines of the attention, SwiGLU and
-	// cross-entropy loops; 0 means GOMAXPROCS.
+	// cross-entropy loops; 0 means GOMAXPROCS. With a Gemm that runs each
+	// call on several threads itself (OpenBLAS with threads > 1), 1 runs
+	// the attention's small GEMMs one at a time on all of them, which
+	// BenchmarkStep measured faster than several at once on 2 cores.
 	Workers int
 }
 

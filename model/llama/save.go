@@ -156,11 +156,11 @@ func copyIfExists(src, dst string) (bool, error) {
 	return true, os.Rename(tmp, dst)
 }
 
-// SaveModelDir writes the bound parameters as a Hugging Face directory
-// (see SaveDir).
-func (m *Model) SaveModelDir(dir string, opt SaveOptions) error {
+// SaveDir writes the bound parameters as a Hugging Face directory (see
+// the function SaveDir).
+func (m *Model) SaveDir(dir string, opt SaveOptions) error {
 	if m.params == nil {
-		return errors.New("llama: SaveModelDir before Bind")
+		return errors.New("llama: SaveDir before Bind")
 	}
 	return SaveDir(dir, m.cfg, func(dst []float32, lo int) error { copy(dst, m.params[lo:]); return nil }, opt)
 }

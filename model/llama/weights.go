@@ -165,3 +165,22 @@ func safetensorsDType(torch string) (string, error) {
 	}
 	return "", fmt.Errorf("llama: dtype %q, want float32, bfloat16 or float16", torch)
 }
+
+// LoadDir reads a Hugging Face directory and returns a model bound to the
+// loaded parameters (Params) without a gradient buffer: Bind m.Params()
+// with one to train.
+func LoadDir(dir string, opt Options) (*Model, error) {
+	cfg, params, err := ReadDir(dir)
+	if err != nil {
+		return nil, err
+	}
+	m, err := New(cfg, opt)
+	if err != nil {
+		return nil, err
+	}
+	if err := m.Bind(params, nil); err != nil {
+		m.Close()
+		return nil, err
+	}
+	return m, nil
+}
