@@ -327,3 +327,20 @@ func TestConfigRoundTrip(t *testing.T) {
 		}
 	}
 }
+
+// TestRealConfigsMatchPresets reads the published config.json of each real
+// preset's checkpoint (testdata/hf_configs) and compares it with the
+// preset.
+func TestRealConfigsMatchPresets(t *testing.T) {
+	for _, name := range []string{"llama-3.2-1b", "qwen2.5-0.5b", "qwen3-0.6b", "smollm2-135m"} {
+		got, err := ReadConfig(filepath.Join("testdata", "hf_configs", name+".json"))
+		if err != nil {
+			t.Errorf("%s: %v", name, err)
+			continue
+		}
+		want, _ := Preset(name)
+		if d := cmp.Diff(want, got); d != "" {
+			t.Errorf("%s: config.json reads differently from the preset (-preset +file):\n%s", name, d)
+		}
+	}
+}
