@@ -18,6 +18,7 @@ import (
 	"github.com/dszero/dszero/dsconfig"
 	"github.com/dszero/dszero/internal/ztest"
 	"github.com/dszero/dszero/mem"
+	"github.com/dszero/dszero/model"
 	"github.com/dszero/dszero/model/mlp"
 	"github.com/dszero/dszero/nvme"
 	"github.com/dszero/dszero/zero"
@@ -125,7 +126,7 @@ func (mr mlpRun) run(plan dsconfig.Plan, d ztest.MLPData) (result, error) {
 					copy(x[b*16:(b+1)*16], d.X[i*16:])
 					copy(y[b*8:(b+1)*8], d.Y[i*8:])
 				}
-				loss, err := m.Forward(x, B, y)
+				loss, err := m.Forward(model.Batch{X: x, B: B, Y: y})
 				if err != nil {
 					return err
 				}

@@ -5,6 +5,7 @@ import (
 	"math"
 	"testing"
 
+	"github.com/dszero/dszero/internal/fdiff"
 	"github.com/dszero/dszero/internal/ztest"
 	"github.com/dszero/dszero/model"
 	"github.com/dszero/dszero/zero/lrsched"
@@ -43,7 +44,7 @@ func TestResumeDeepSpeedCheckpoint(t *testing.T) {
 			for i, l := range got.losses {
 				worst = math.Max(worst, math.Abs(l-ref.Steps[5+i].Loss)/ref.Steps[5+i].Loss)
 			}
-			wabs, _ := ztest.WeightDiff(got.final, want)
+			wabs, _ := fdiff.Weights(got.final, want)
 			t.Logf("steps 6-10 after DeepSpeed's step-5 checkpoint: losses max rel Δ %.2e, final weights max |Δ| %.2e", worst, wabs)
 			if worst > 1e-5 || wabs > 1e-5 {
 				t.Errorf("resumed from DeepSpeed's checkpoint: losses %.2e relative, weights %.2e from DeepSpeed's", worst, wabs)

@@ -1,22 +1,16 @@
 package conformance
 
 import (
-	"context"
 	"fmt"
 	"path/filepath"
-	"slices"
 	"time"
 
 	"github.com/dszero/dszero/blas"
-	"github.com/dszero/dszero/checkpoint"
-	"github.com/dszero/dszero/comm"
-	"github.com/dszero/dszero/comm/inproc"
 	"github.com/dszero/dszero/dsconfig"
 	"github.com/dszero/dszero/mem"
 	"github.com/dszero/dszero/model"
-	"github.com/dszero/dszero/model/gpt"
-	"github.com/dszero/dszero/model/mlp"
 	"github.com/dszero/dszero/nvme"
+	"github.com/dszero/dszero/train"
 	"github.com/dszero/dszero/zero"
 )
 
@@ -39,22 +33,13 @@ type ckpt struct {
 	loadDir, loadTag string
 }
 
-// network is one rank's model, bound to the engine's buffers.
-type network interface {
-	Bind(params, grads []float32) error
-	OverwriteGrads()
-	Backward(dlossScale float32) error
-	Close()
-}
-
 // train runs the case's plan on plan.WorldSize in-process ranks for steps
-// steps. Step s, micro-step m of rank r reads micro-batch mb = m·world + r:
-// samples s·G + mb·B … + B−1 (mod the number of samples), G = B·GAS·world
-// — the harness's layout.
+// steps, through train.Run (the one training loop). Step s, micro-step m
+// of rank r reads micro-batch mb = m·world + r: samples s·G + mb·B … + B−1
+// (mod the number of samples), G = B·GAS·world — the harness's layout.
 func (a *arch) train(plan dsconfig.Plan, steps int, v zero.Version, init []float32, ck ckpt) (trained, error) {
 	world := plan.WorldSize
-	B, gas := int(plan.Batch.TrainMicroBatchSizePerGPU), int(plan.Batch.GradientAccumulationSteps)
-	G := B * gas * world
+	gas := int(plan.Batch.GradientAccumulationSteps)
 	gemm, err := blas.New(blas.Options{Backend: blas.Gonum}) // pure Go: the same numbers on every machine
 	if err != nil {
 		return trained{}, err
@@ -65,101 +50,89 @@ func (a *arch) train(plan dsconfig.Plan, steps int, v zero.Version, init []float
 			return trained{}, fmt.Errorf("checkpoint tag %q: want global_step<N> with N below %d", ck.loadTag, steps)
 		}
 	}
-	out := trained{From: from, Micro: make([][][]float32, steps-from), Final: make([]float32, a.layout.Numel)}
-	for s := range out.Micro {
-		out.Micro[s] = make([][]float32, world)
-		for r := range out.Micro[s] {
-			out.Micro[s][r] = make([]float32, gas)
-		}
+	devs := make([]train.Device, world)
+	for r := range devs {
+		devs[r] = train.Device{Acct: mem.NewAccountant(r), Gemm: gemm}
 	}
-	err = inproc.New(world, inproc.Options{Timeout: time.Minute}).Run(func(c comm.Comm) error {
-		r := c.Rank()
-		acct := mem.NewAccountant(r)
-		layout := a.layout
+	var mb model.Builder = a.gpt
+	if a.name == "mlp" {
+		mb = a.mlp
+	}
+	out := trained{From: from}
+	cfg := train.Config{Plan: plan, Model: mb, Init: init, Batches: caseBatches{a: a, gas: gas, world: world},
+		SeqLen: a.seqLen, Steps: steps, ReturnParams: true, Devices: devs, Workers: 1, Version: v, Timeout: time.Minute,
+		LoadTag: ck.loadTag, SaveSteps: ck.saveAt,
+		Warn: func(w string) { out.Warns = append(out.Warns, w) },
 		// NVMe swap files go to memory: the case compares numerics.
-		swap := nvme.NewMemFS(0)
-		for _, p := range []string{plan.Zero.OffloadOptimizer.NVMePath, plan.Zero.OffloadParam.NVMePath} {
-			if err := mkdirAll(swap, p); err != nil {
-				return err
-			}
-		}
-		opts := zero.Options{Acct: acct, Layout: &layout, Init: init, Workers: 1, Version: v, Comm: c, Ctx: context.Background(),
-			SwapFS: swap}
-		if r == 0 {
-			opts.Warn = func(w string) { out.Warns = append(out.Warns, w) }
-		}
-		eng, err := zero.NewEngine(plan, opts)
-		if err != nil {
-			return err
-		}
-		defer eng.Close()
-		co := checkpoint.Options{Layout: &layout, Comm: c}
-		if ck.loadTag != "" {
-			if err := checkpoint.Load(ck.loadDir, ck.loadTag, eng, co); err != nil {
-				return err
-			}
-			if got := eng.GlobalSteps(); got != int64(from) {
-				return fmt.Errorf("checkpoint %s/%s: global_steps %d, want %d", ck.loadDir, ck.loadTag, got, from)
-			}
-		}
-		net, forward, err := a.rankModel(eng, acct, gemm, B)
-		if err != nil {
-			return err
-		}
-		defer net.Close()
-		if err := net.Bind(eng.ModelBuffers()); err != nil {
-			return err
-		}
-		for s := from; s < steps; s++ {
-			if eng.OverwriteGrads() {
-				net.OverwriteGrads()
-			}
-			for m := 0; m < gas; m++ {
-				first := s*G + (m*world+r)*B
-				loss, err := forward(first)
-				if err != nil {
-					return fmt.Errorf("step %d, micro-step %d: %w", s+1, m, err)
-				}
-				out.Micro[s-from][r][m] = loss
-				if err := net.Backward(eng.GradScale()); err != nil {
-					return fmt.Errorf("step %d, micro-step %d: %w", s+1, m, err)
+		EngineOptions: func(r int, o *zero.Options) error {
+			swap := nvme.NewMemFS(0)
+			for _, p := range []string{plan.Zero.OffloadOptimizer.NVMePath, plan.Zero.OffloadParam.NVMePath} {
+				if err := mkdirAll(swap, p); err != nil {
+					return err
 				}
 			}
-			st, err := eng.Step()
-			if err != nil {
-				return err // it names the step
-			}
-			if r == 0 {
-				out.Stats = append(out.Stats, st)
-			}
-			if slices.Contains(ck.saveAt, s+1) {
-				if err := checkpoint.Save(ck.dir, "", eng, co); err != nil {
-					return fmt.Errorf("step %d: %w", s+1, err)
-				}
-			}
+			o.SwapFS = swap
+			return nil
+		}}
+	if ck.loadTag != "" {
+		cfg.LoadDir = ck.loadDir
+	}
+	if len(ck.saveAt) > 0 {
+		cfg.SaveDir = ck.dir
+	}
+	out.Final, err = train.Run(cfg, func(rec train.Record) error {
+		if len(out.Stats) == 0 && rec.Step != int64(from)+1 {
+			return fmt.Errorf("checkpoint %s/%s: resumed at global step %d, want %d", ck.loadDir, ck.loadTag, rec.Step-1, from)
 		}
-		full := make([]float32, a.layout.Numel)
-		if err := eng.GatherMaster(full); err != nil {
-			return err
-		}
-		if r == 0 {
-			copy(out.Final, full)
-		}
+		out.Micro = append(out.Micro, rec.Micro)
+		out.Loss = append(out.Loss, rec.Loss)
+		out.Stats = append(out.Stats, zero.StepStats{Step: rec.Step, LR: rec.LR, LossScale: rec.LossScale,
+			GradNorm: rec.GradNorm, Skipped: rec.Skipped})
 		return nil
 	})
 	if err != nil {
 		return trained{}, err
 	}
-	for s := range out.Micro {
-		sum := 0.0
-		for m := 0; m < gas; m++ {
-			for r := 0; r < world; r++ {
-				sum += float64(out.Micro[s][r][m])
+	return out, nil
+}
+
+// caseBatches serves the case's samples: micro-batch mb = micro·world +
+// rank of step s holds samples s·G + mb·B … + B−1 (mod the number of
+// samples), G = B·GAS·world.
+type caseBatches struct {
+	a          *arch
+	gas, world int
+}
+
+func (c caseBatches) Batch(step, micro, rank int, b *model.Batch) error {
+	a, B := c.a, b.B
+	first := step*B*c.gas*c.world + (micro*c.world+rank)*B
+	switch a.name {
+	case "gpt":
+		T, w := a.seqLen, a.seqLen+1
+		if len(b.Tokens) != B*T {
+			b.Tokens, b.Targets = make([]int32, B*T), make([]int32, B*T)
+		}
+		for i := 0; i < B; i++ {
+			row := a.tokens[((first+i)%a.samples)*w:][:w]
+			for t := 0; t < T; t++ {
+				b.Tokens[i*T+t], b.Targets[i*T+t] = int32(row[t]), int32(row[t+1])
 			}
 		}
-		out.Loss = append(out.Loss, sum/float64(gas*world))
+	case "mlp":
+		nx, ny := a.mlp.Sizes[0], a.mlp.Sizes[len(a.mlp.Sizes)-1]
+		if len(b.X) != B*nx {
+			b.X, b.Y = make([]float32, B*nx), make([]float32, B*ny)
+		}
+		for i := 0; i < B; i++ {
+			n := (first + i) % a.samples
+			copy(b.X[i*nx:(i+1)*nx], a.x[n*nx:])
+			copy(b.Y[i*ny:(i+1)*ny], a.y[n*ny:])
+		}
+	default:
+		return fmt.Errorf("no data for %s", a.name)
 	}
-	return out, nil
+	return nil
 }
 
 // mkdirAll makes the directory path and its parents in fsys (the
@@ -175,43 +148,4 @@ func mkdirAll(fsys *nvme.MemFS, path string) error {
 		}
 	}
 	return fsys.Mkdir(path)
-}
-
-// rankModel builds a rank's network and its forward over the B samples
-// from sample first on (modulo the data).
-func (a *arch) rankModel(eng *zero.Engine, acct *mem.Accountant, gemm model.Gemmer, B int) (network, func(first int) (float32, error), error) {
-	switch a.name {
-	case "gpt":
-		m, err := gpt.New(a.gpt, gpt.Options{Gemm: gemm, Acct: acct, Hooks: eng.Strategy(), Round: eng.Round(), Workers: 1})
-		if err != nil {
-			return nil, nil, err
-		}
-		T, w := a.seqLen, a.seqLen+1
-		in, tg := make([]int32, B*T), make([]int32, B*T)
-		return m, func(first int) (float32, error) {
-			for b := 0; b < B; b++ {
-				row := a.tokens[((first+b)%a.samples)*w:][:w]
-				for t := 0; t < T; t++ {
-					in[b*T+t], tg[b*T+t] = int32(row[t]), int32(row[t+1])
-				}
-			}
-			return m.Forward(in, B, tg)
-		}, nil
-	case "mlp":
-		m, err := mlp.New(a.mlp, mlp.Options{Gemm: gemm, Acct: acct, Hooks: eng.Strategy(), Round: eng.Round()})
-		if err != nil {
-			return nil, nil, err
-		}
-		nx, ny := a.mlp.Sizes[0], a.mlp.Sizes[len(a.mlp.Sizes)-1]
-		x, y := make([]float32, B*nx), make([]float32, B*ny)
-		return m, func(first int) (float32, error) {
-			for b := 0; b < B; b++ {
-				i := (first + b) % a.samples
-				copy(x[b*nx:(b+1)*nx], a.x[i*nx:])
-				copy(y[b*ny:(b+1)*ny], a.y[i*ny:])
-			}
-			return m.Forward(x, B, y)
-		}, nil
-	}
-	return nil, nil, fmt.Errorf("no network for %s", a.name)
 }

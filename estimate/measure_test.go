@@ -54,7 +54,7 @@ func TestActivationsMeasured(t *testing.T) {
 				for i := range tokens {
 					tokens[i], targets[i] = int32(i*7%cfg.Vocab), int32(i*11%cfg.Vocab)
 				}
-				if _, err := m.Forward(tokens, B, targets); err != nil {
+				if _, err := m.Forward(model.Batch{Tokens: tokens, B: B, Targets: targets}); err != nil {
 					t.Fatal(err)
 				}
 				if err := m.Backward(1); err != nil {
@@ -245,7 +245,7 @@ func trainOneStep(t *testing.T, plan dsconfig.Plan, cfg gpt.Config, gemm model.G
 	for i := range devs {
 		devs[i] = train.Device{Acct: mem.NewAccountant(i), Gemm: gemm}
 	}
-	c := train.Config{Plan: plan, Model: cfg, Seed: 1, Batches: loader, SeqLen: T, Steps: 1, Devices: devs, Workers: 1}
+	c := train.Config{Plan: plan, Model: cfg, Seed: 1, Batches: train.Tokens(loader, T), SeqLen: T, Steps: 1, Devices: devs, Workers: 1}
 	for _, o := range opts {
 		o(&c)
 	}

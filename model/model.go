@@ -1,5 +1,7 @@
 package model
 
+import "github.com/dszero/dszero/mem"
+
 // Model is a network that trains on flat buffers: the contract between a
 // model (model/gpt, model/mlp, model/llama) and the training loop. One
 // rank's model computes on the engine's working parameters and
@@ -71,4 +73,45 @@ type Batch struct {
 	LossDenom float64
 	// X and Y are a dense model's inputs and targets (B rows each).
 	X, Y []float32
+}
+
+// Builder builds a model of one configuration for each rank that trains
+// it: gpt.Config, mlp.Config and llama.Config are Builders.
+type Builder interface {
+	// Layout is the flat-buffer layout every rank's model has.
+	Layout() Layout
+	// Build makes one rank's model with what that rank computes with.
+	Build(o BuildOptions) (Model, error)
+	// MaxSeq is the longest sequence the model takes (its context), or 0
+	// for a model of dense vectors.
+	MaxSeq() int
+}
+
+// BuildOptions are what a rank gives the model it builds.
+type BuildOptions struct {
+	// Gemm runs the model's matrix multiplications, from the goroutine
+	// that calls Forward or Backward.
+	Gemm Gemmer
+	// Acct accounts the model's activations and scratch.
+	Acct *mem.Accountant
+	// Hooks is called at every unit boundary (the rank's ZeRO strategy).
+	Hooks UnitHooks
+	// Checkpoint recomputes each unit's forward in backward (activation
+	// checkpointing); CPUCheckpoint keeps the saved inputs in the
+	// pinned-host tier.
+	Checkpoint, CPUCheckpoint bool
+	// Round, when set, rounds every op's output to the training dtype
+	// (bf16 or fp16 emulated on float32 buffers).
+	Round func([]float32)
+	// Workers bounds the model's goroutines; 0 means GOMAXPROCS.
+	Workers int
+}
+
+// Initializer is a Builder whose random initialisation is not just its
+// layout's (Layout.InitRange): a Llama zeroes its padding token's
+// embedding row. Like Layout.InitRange, InitRange writes elements
+// [lo, lo+len(dst)) of the flat buffer and does not depend on how the
+// buffer is cut.
+type Initializer interface {
+	InitRange(l *Layout, seed uint64, dst []float32, lo int)
 }

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/dszero/dszero/internal/fdiff"
 	"github.com/dszero/dszero/internal/ztest"
 	"github.com/dszero/dszero/mem"
 	"github.com/dszero/dszero/model"
@@ -69,7 +70,7 @@ func TestPartialOffload(t *testing.T) {
 	same := func(name string, got, want ztest.Run) {
 		t.Helper()
 		if !slices.Equal(got.Losses, want.Losses) || !slices.Equal(got.Final, want.Final) {
-			abs, _ := ztest.WeightDiff(got.Final, want.Final)
+			abs, _ := fdiff.Weights(got.Final, want.Final)
 			t.Errorf("%s: losses %v vs %v, weights differ by up to %.2e", name, got.Losses, want.Losses, abs)
 		}
 	}

@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/dszero/dszero/comm"
+	"github.com/dszero/dszero/internal/fdiff"
 	"github.com/dszero/dszero/internal/ztest"
 	"github.com/dszero/dszero/mem"
 	"github.com/dszero/dszero/nvme"
@@ -99,7 +100,7 @@ func TestVariantsEqualStage2(t *testing.T) {
 				if !slices.Equal(got.Losses, base.Losses) {
 					t.Errorf("losses %v, stage 2 %v", got.Losses, base.Losses)
 				}
-				if abs, _ := ztest.WeightDiff(got.Final, base.Final); abs != 0 || !slices.Equal(got.Final, base.Final) {
+				if abs, _ := fdiff.Weights(got.Final, base.Final); abs != 0 || !slices.Equal(got.Final, base.Final) {
 					t.Errorf("final weights differ from stage 2's by up to %.2e", abs)
 				}
 				for i := range got.Stats {
@@ -198,8 +199,8 @@ func TestHybridSharding(t *testing.T) {
 	js := strings.Replace(k.json(3, 2, 2), `"stage": 3,`, `"stage": 3, "mics_shard_size": 2,`, 1)
 	base := run(t, d, defaults.json(0, 2, 2*world), 1, defaults)
 	got := run(t, d, js, world, k)
-	lrel := ztest.MaxRel(got.Losses, base.Losses)
-	wabs, wrel := ztest.WeightDiff(got.Final, base.Final)
+	lrel := fdiff.MaxRel(got.Losses, base.Losses)
+	wabs, wrel := fdiff.Weights(got.Final, base.Final)
 	t.Logf("vs one rank: losses max rel Δ %.2e; weights max |Δ| %.2e, ‖Δ‖/‖w‖ %.2e", lrel, wabs, wrel)
 	if lrel > 1e-6 || wrel > 1e-6 {
 		t.Errorf("hybrid sharding differs from one rank: losses %.2e, weights %.2e", lrel, wrel)

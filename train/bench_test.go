@@ -79,7 +79,7 @@ func BenchmarkStages(b *testing.B) {
 			}
 			var times []float64
 			var peak int64
-			_, err = Run(Config{Plan: plan, Model: mc, Seed: 1, Batches: loader, SeqLen: seq, Steps: 1 + steps, Devices: devs, Workers: 1},
+			_, err = Run(Config{Plan: plan, Model: mc, Seed: 1, Batches: Tokens(loader, seq), SeqLen: seq, Steps: 1 + steps, Devices: devs, Workers: 1},
 				func(r Record) error {
 					if r.Step > 1 {
 						times = append(times, r.StepTimeS)

@@ -31,7 +31,7 @@ func TestExternalComm(t *testing.T) {
 		finals [world][]float32
 	)
 	err = inproc.New(world, inproc.Options{}).Run(func(c comm.Comm) error {
-		final, err := Run(Config{Plan: plan, Model: g.cfg, Init: g.init, Batches: gptSamples{g.tokens, 2, 2, world}, SeqLen: 32, Steps: steps,
+		final, err := Run(Config{Plan: plan, Model: g.cfg, Init: g.init, Batches: Tokens(gptSamples{g.tokens, 2, 2, world}, 32), SeqLen: 32, Steps: steps,
 			ReturnParams: true, Devices: []Device{{mem.NewAccountant(c.Rank()), g.gemm}}, Version: lrsched.DeepSpeed0195, Workers: 1, Comm: c},
 			func(r Record) error {
 				if c.Rank() != 0 {
@@ -63,7 +63,7 @@ func TestExternalComm(t *testing.T) {
 	}
 
 	err = inproc.New(3, inproc.Options{}).Run(func(c comm.Comm) error {
-		_, err := Run(Config{Plan: plan, Model: g.cfg, Init: g.init, Batches: gptSamples{g.tokens, 2, 2, world}, SeqLen: 32, Steps: 1,
+		_, err := Run(Config{Plan: plan, Model: g.cfg, Init: g.init, Batches: Tokens(gptSamples{g.tokens, 2, 2, world}, 32), SeqLen: 32, Steps: 1,
 			Devices: []Device{{mem.NewAccountant(c.Rank()), g.gemm}}, Comm: c}, nil)
 		return err
 	})

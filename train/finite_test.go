@@ -41,7 +41,7 @@ func saveRun(t *testing.T, g gptRef, js string, world, steps, interval int, dir 
 		devs[r] = Device{Acct: mem.NewAccountant(r), Gemm: g.gemm}
 	}
 	cfg := Config{Plan: plan, Model: g.cfg, Init: g.init, SeqLen: 32, Steps: steps, Devices: devs, Workers: 1,
-		Batches: gptSamples{tokens: g.tokens, B: 1, gas: 1, world: world}, SaveDir: dir, SaveInterval: interval}
+		Batches: Tokens(gptSamples{tokens: g.tokens, B: 1, gas: 1, world: world}, 32), SaveDir: dir, SaveInterval: interval}
 	if resume {
 		cfg.LoadDir = dir
 	}

@@ -90,7 +90,7 @@ func TestPlainPyTorchParity(t *testing.T) {
 		t.Fatal(err)
 	}
 	var recs []Record
-	final, err := Run(Config{Plan: plan, Model: cfg, Init: init, Batches: refBatches{tokens, 1}, SeqLen: 32, Steps: 10, ReturnParams: true,
+	final, err := Run(Config{Plan: plan, Model: cfg, Init: init, Batches: Tokens(refBatches{tokens, 1}, 32), SeqLen: 32, Steps: 10, ReturnParams: true,
 		Devices: []Device{{Acct: mem.NewAccountant(0), Gemm: gemm}}, Version: lrsched.DeepSpeed0145, Workers: 2},
 		func(r Record) error { recs = append(recs, r); return nil })
 	if err != nil {

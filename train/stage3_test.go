@@ -11,7 +11,7 @@ import (
 	"github.com/dszero/dszero/comm"
 	"github.com/dszero/dszero/comm/inproc"
 	"github.com/dszero/dszero/dsconfig"
-	"github.com/dszero/dszero/internal/ztest"
+	"github.com/dszero/dszero/internal/fdiff"
 	"github.com/dszero/dszero/mem"
 	"github.com/dszero/dszero/model/gpt"
 	"github.com/dszero/dszero/zero"
@@ -65,7 +65,7 @@ func TestStage3VariantsGPT(t *testing.T) {
 				var recs []Record
 				var warns []string
 				final, err := Run(Config{Plan: plan, Model: g.cfg, Init: g.init, SeqLen: 32, Steps: 3, ReturnParams: true,
-					Batches: gptSamples{tokens: g.tokens, B: 2, gas: 2, world: world}, Devices: devs, Version: lrsched.DeepSpeed0195,
+					Batches: Tokens(gptSamples{tokens: g.tokens, B: 2, gas: 2, world: world}, 32), Devices: devs, Version: lrsched.DeepSpeed0195,
 					Workers: 1, Checkpoint: v.ck, KeepAfterForward: v.keep, WrapMinNumParams: v.minNum,
 					Warn: func(w string) { warns = append(warns, w) }}, func(r Record) error { recs = append(recs, r); return nil })
 				if err != nil {
@@ -137,7 +137,7 @@ func TestWallClockBreakdown(t *testing.T) {
 		var recs []Record
 		_, err = Run(Config{Plan: plan, Model: g.cfg, Init: g.init, SeqLen: 32, Steps: 2, Workers: 1,
 			Devices: []Device{{mem.NewAccountant(0), g.gemm}, {mem.NewAccountant(1), g.gemm}},
-			Batches: gptSamples{tokens: g.tokens, B: 2, gas: 2, world: 2}}, func(r Record) error { recs = append(recs, r); return nil })
+			Batches: Tokens(gptSamples{tokens: g.tokens, B: 2, gas: 2, world: 2}, 32)}, func(r Record) error { recs = append(recs, r); return nil })
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -251,14 +251,14 @@ func TestFSDPStrategies(t *testing.T) {
 			}
 			var recs []Record
 			final, err := Run(Config{Plan: plan, Model: g.cfg, Init: g.init, SeqLen: 32, Steps: 3, ReturnParams: true, Workers: 1, Devices: devs,
-				Batches: gptSamples{tokens: g.tokens, B: 2, gas: 2, world: world}, Version: lrsched.DeepSpeed0195,
+				Batches: Tokens(gptSamples{tokens: g.tokens, B: 2, gas: 2, world: world}, 32), Version: lrsched.DeepSpeed0195,
 				KeepAfterForward: v.keep, ShardGroupSize: v.group, WrapMinNumParams: v.wrap},
 				func(r Record) error { recs = append(recs, r); return nil })
 			if err != nil {
 				t.Fatal(err)
 			}
 			lrel := maxRel(recs, base)
-			wabs, wrel := ztest.WeightDiff(final, bw)
+			wabs, wrel := fdiff.Weights(final, bw)
 			t.Logf("losses max rel Δ %.2e; weights max |Δ| %.2e, ‖Δ‖/‖w‖ %.2e", lrel, wabs, wrel)
 			if lrel > 1e-6 || wrel > 1e-6 {
 				t.Errorf("differs from one rank of stage 0: losses %.2e, weights %.2e", lrel, wrel)
@@ -330,6 +330,6 @@ func (b budgetRun) run(t *testing.T, js string, budget int64) ([]Device, error) 
 		devs[r].Acct.SetCapacity(mem.Device, budget)
 	}
 	_, err = Run(Config{Plan: plan, Model: b.mc, Seed: 1, SeqLen: 32, Steps: 2, Devices: devs, Workers: 1, Checkpoint: true,
-		Batches: gptSamples{tokens: b.g.tokens, B: 1, gas: 1, world: budgetWorld}}, nil)
+		Batches: Tokens(gptSamples{tokens: b.g.tokens, B: 1, gas: 1, world: budgetWorld}, 32)}, nil)
 	return devs, err
 }

@@ -85,3 +85,13 @@ func putBytes(dst []float32, b int64) {
 }
 
 func getBytes(src []float32) int64 { return int64(src[0])<<24 | int64(src[1]) }
+
+// micro is every rank's micro-step losses of the step, [rank][micro].
+func (s *stats) micro() [][]float32 {
+	n := len(s.mine)
+	out := make([][]float32, s.world)
+	for r := range out {
+		out[r] = append([]float32(nil), s.all[r*n:r*n+s.gas]...)
+	}
+	return out
+}

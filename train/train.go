@@ -27,6 +27,7 @@ import (
 	"math"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"time"
 
 	"github.com/dszero/dszero/checkpoint"
@@ -35,14 +36,40 @@ import (
 	"github.com/dszero/dszero/dsconfig"
 	"github.com/dszero/dszero/mem"
 	"github.com/dszero/dszero/model"
-	"github.com/dszero/dszero/model/gpt"
 	"github.com/dszero/dszero/stage3"
 	"github.com/dszero/dszero/zero"
 )
 
-// Batches yields a rank's micro-batches (data.Loader is one).
+// Batches yields each rank's micro-batches.
 type Batches interface {
+	// Batch fills b with rank's micro-batch micro of optimizer step step
+	// (both from 0). The loop sets b.B, the micro-batch size, and hands
+	// the same b back at the rank's next call, so a source may keep b's
+	// slices and refill them. Ranks call concurrently, each with its own b.
+	Batch(step, micro, rank int, b *model.Batch) error
+}
+
+// TokenSource fills a rank's (B, T) inputs and their next-token targets
+// (data.Loader is one).
+type TokenSource interface {
 	Micro(step, micro, rank int, inputs, targets []int32)
+}
+
+// Tokens serves a TokenSource's windows as micro-batches of sequences of
+// T tokens.
+func Tokens(src TokenSource, T int) Batches { return tokenBatches{src, T} }
+
+type tokenBatches struct {
+	src TokenSource
+	T   int
+}
+
+func (t tokenBatches) Batch(step, micro, rank int, b *model.Batch) error {
+	if n := b.B * t.T; len(b.Tokens) != n {
+		b.Tokens, b.Targets = make([]int32, n), make([]int32, n)
+	}
+	t.src.Micro(step, micro, rank, b.Tokens, b.Targets)
+	return nil
 }
 
 // Device is what one rank computes with: its memory accountant and its
@@ -53,22 +80,23 @@ type Device struct {
 	Gemm model.Gemmer
 }
 
-// Config is one training run of a GPT.
+// Config is one training run.
 type Config struct {
 	// Plan is compiled for the world: Plan.WorldSize ranks train.
-	Plan  dsconfig.Plan
-	Model gpt.Config
+	Plan dsconfig.Plan
+	// Model builds each rank's model (gpt.Config, mlp.Config, ...).
+	Model model.Builder
 	// Init are the initial fp32 parameters; nil draws them from Seed, or
 	// reads them with InitRange.
 	Init []float32
 	// InitRange, when set (and Init is nil), writes elements
 	// [lo, lo+len(dst)) of the initial parameters: a checkpoint's
-	// gpt.Weights.ReadRange, so that a stage 3 rank reads only its
-	// partitions.
+	// model's weights file read by range (gpt.Weights.ReadRange), so
+	// that a stage 3 rank reads only its partitions.
 	InitRange func(dst []float32, lo int) error
 	Seed      uint64
 	Batches   Batches
-	SeqLen    int // tokens per sample; ≤ Model.Context
+	SeqLen    int // tokens per sample; ≤ Model.MaxSeq() (unused by a model of dense vectors)
 	Steps     int // optimizer steps
 	// ReturnParams makes Run return a copy of the final fp32 parameters.
 	ReturnParams bool
@@ -109,7 +137,22 @@ type Config struct {
 	// the run fails instead, and latest keeps naming the last good one.
 	SaveDir      string
 	SaveInterval int
-	LoadDir      string
+	// SaveSteps, when set, are the global steps after which to save,
+	// instead of every SaveInterval steps and after the last one.
+	SaveSteps []int
+	LoadDir   string
+	// LoadTag is the tag under LoadDir to resume from ("": LoadDir/latest).
+	LoadTag string
+	// EngineOptions, when set, adjusts each rank's engine options before
+	// the engine is built (a filesystem for swap files, test knobs).
+	EngineOptions func(rank int, o *zero.Options) error
+	// Hooks, when set, gives the unit hooks rank's model calls (wrapping
+	// eng.Strategy(), which they are otherwise): tests observe or corrupt
+	// gradients there.
+	Hooks func(rank int, eng *zero.Engine) model.UnitHooks
+	// Done, when set, is called on every rank after its last step, with
+	// its communicator and engine (a test reads their traffic there).
+	Done func(rank int, c comm.Comm, eng *zero.Engine) error
 	// OnCheckpoint, when set, hears of the checkpoint resumed from and of
 	// each one saved, once every rank is done with it (with Comm, on rank
 	// 0 only).
@@ -137,7 +180,7 @@ type Record struct {
 	LossScale  float64 `json:"loss_scale"`
 	GradNorm   float64 `json:"grad_norm"`
 	Skipped    bool    `json:"skipped"`
-	TokensPerS float64 `json:"tokens_per_s"` // of the whole world
+	TokensPerS float64 `json:"tokens_per_s"` // of the whole world (samples for a model of dense vectors)
 	StepTimeS  float64 `json:"step_time_s"`
 	// Peak is rank 0's device-tier peak by category, and "total"; PeakMax
 	// is the largest over the ranks, per category and total.
@@ -146,6 +189,8 @@ type Record struct {
 	PeakHost int64            `json:"peak_pinned_host_bytes"` // rank 0's
 	// Breakdown is where rank 0's step went (with wall_clock_breakdown).
 	Breakdown *Breakdown `json:"breakdown,omitempty"`
+	// Micro are every rank's micro-step losses, [rank][micro].
+	Micro [][]float32 `json:"-"`
 }
 
 // Breakdown is DeepSpeed's wall_clock_breakdown for one step of rank 0:
@@ -182,9 +227,13 @@ func Run(cfg Config, onStep func(Record) error) ([]float32, error) {
 	if cfg.Comm != nil {
 		local = 1
 	}
+	if cfg.Model == nil {
+		return nil, errors.New("train: Config.Model is required")
+	}
+	maxSeq := cfg.Model.MaxSeq()
 	switch {
-	case cfg.SeqLen < 1 || cfg.SeqLen > cfg.Model.Context:
-		return nil, fmt.Errorf("sequence length %d does not fit the model's context of %d tokens; use --seq ≤ %d", cfg.SeqLen, cfg.Model.Context, cfg.Model.Context)
+	case maxSeq > 0 && (cfg.SeqLen < 1 || cfg.SeqLen > maxSeq):
+		return nil, fmt.Errorf("sequence length %d does not fit the model's context of %d tokens; use --seq ≤ %d", cfg.SeqLen, maxSeq, maxSeq)
 	case world < 1:
 		return nil, fmt.Errorf("world size %d: compile the plan with WorldSize ≥ 1", world)
 	case cfg.Comm != nil && cfg.Comm.Size() != world:
@@ -192,8 +241,8 @@ func Run(cfg Config, onStep func(Record) error) ([]float32, error) {
 	case len(cfg.Devices) != local:
 		return nil, fmt.Errorf("%d devices for %d ranks in this process", len(cfg.Devices), local)
 	}
-	if cfg.Init != nil && len(cfg.Init) != cfg.Model.WithDefaults().Layout().Numel {
-		return nil, fmt.Errorf("initial weights have %d elements, the model %d", len(cfg.Init), cfg.Model.WithDefaults().Layout().Numel)
+	if n := cfg.Model.Layout().Numel; cfg.Init != nil && len(cfg.Init) != n {
+		return nil, fmt.Errorf("initial weights have %d elements, the model %d", len(cfg.Init), n)
 	}
 	// Refuse once, before the ranks start; rank 0's engine reports the
 	// warnings.
@@ -247,6 +296,16 @@ func rootCause(err error, world int) error {
 	return errors.Join(own...)
 }
 
+// saveAfter says whether a checkpoint is saved after global step step
+// (stopped: the run ends there early).
+func (r *rank) saveAfter(step int, stopped bool) bool {
+	cfg := r.cfg
+	if len(cfg.SaveSteps) > 0 {
+		return slices.Contains(cfg.SaveSteps, step)
+	}
+	return stopped || step == cfg.Steps || cfg.SaveInterval > 0 && step%cfg.SaveInterval == 0
+}
+
 // rank is one rank's training loop.
 type rank struct {
 	cfg *Config
@@ -264,7 +323,7 @@ const (
 func (r *rank) run(onStep func(Record) error) ([]float32, error) {
 	cfg, p, c := r.cfg, r.cfg.Plan, r.c
 	ctx := context.Background()
-	layout := cfg.Model.WithDefaults().Layout()
+	layout := cfg.Model.Layout()
 	opts := zero.Options{Acct: r.dev.Acct, Layout: &layout, Init: cfg.Init, Workers: cfg.Workers, Version: cfg.Version, Comm: c, Ctx: ctx,
 		KeepAfterForward: cfg.KeepAfterForward, WrapMinNumParams: cfg.WrapMinNumParams, ShardGroupSize: cfg.ShardGroupSize}
 	if cfg.Warn != nil && c.Rank() == 0 {
@@ -276,14 +335,27 @@ func (r *rank) run(onStep func(Record) error) ([]float32, error) {
 		opts.InitRange = cfg.InitRange
 	default:
 		// Each stage draws what it holds: stage 3 only its partitions.
-		opts.InitRange = func(dst []float32, lo int) error { layout.InitRange(cfg.Seed, dst, lo); return nil }
+		init := layout.InitRange
+		if in, ok := cfg.Model.(model.Initializer); ok {
+			init = func(seed uint64, dst []float32, lo int) { in.InitRange(&layout, seed, dst, lo) }
+		}
+		opts.InitRange = func(dst []float32, lo int) error { init(cfg.Seed, dst, lo); return nil }
+	}
+	if cfg.EngineOptions != nil {
+		if err := cfg.EngineOptions(c.Rank(), &opts); err != nil {
+			return nil, err
+		}
 	}
 	eng, err := zero.NewEngine(p, opts)
 	if err != nil {
 		return nil, err
 	}
 	defer eng.Close()
-	m, err := gpt.New(cfg.Model, gpt.Options{Gemm: r.dev.Gemm, Acct: r.dev.Acct, Hooks: eng.Strategy(), Checkpoint: cfg.Checkpoint,
+	var hooks model.UnitHooks = eng.Strategy()
+	if cfg.Hooks != nil {
+		hooks = cfg.Hooks(c.Rank(), eng)
+	}
+	m, err := cfg.Model.Build(model.BuildOptions{Gemm: r.dev.Gemm, Acct: r.dev.Acct, Hooks: hooks, Checkpoint: cfg.Checkpoint,
 		CPUCheckpoint: cfg.CPUCheckpoint, Round: eng.Round(), Workers: cfg.Workers})
 	if err != nil {
 		return nil, err
@@ -293,8 +365,11 @@ func (r *rank) run(onStep func(Record) error) ([]float32, error) {
 		return nil, err
 	}
 	B, T := int(p.Batch.TrainMicroBatchSizePerGPU), cfg.SeqLen
+	if cfg.Model.MaxSeq() == 0 {
+		T = 1 // a sample is one vector
+	}
 	gas, world := int(p.Batch.GradientAccumulationSteps), c.Size()
-	inputs, targets := make([]int32, B*T), make([]int32, B*T)
+	batch := model.Batch{B: B}
 	st := newStats(gas, world)
 	verdict := make([]float32, 1)
 	overwrite := eng.OverwriteGrads()
@@ -314,7 +389,7 @@ func (r *rank) run(onStep func(Record) error) ([]float32, error) {
 	first := 0
 	if cfg.LoadDir != "" {
 		t0 := time.Now()
-		if err := checkpoint.Load(cfg.LoadDir, "", eng, ck); err != nil {
+		if err := checkpoint.Load(cfg.LoadDir, cfg.LoadTag, eng, ck); err != nil {
 			return nil, fmt.Errorf("resuming from %s: %w", cfg.LoadDir, err)
 		}
 		first = int(eng.GlobalSteps())
@@ -327,9 +402,12 @@ func (r *rank) run(onStep func(Record) error) ([]float32, error) {
 		}
 		var bd Breakdown
 		for micro := 0; micro < gas; micro++ {
-			cfg.Batches.Micro(s, micro, c.Rank(), inputs, targets)
+			batch.B = B
+			if err := cfg.Batches.Batch(s, micro, c.Rank(), &batch); err != nil {
+				return nil, fmt.Errorf("step %d, micro-step %d: reading the data: %w", s+1, micro, err)
+			}
 			t0 := time.Now()
-			loss, err := m.Forward(inputs, B, targets)
+			loss, err := m.Forward(batch)
 			t1 := time.Now()
 			bd.ForwardMS += ms(t1.Sub(t0))
 			if err != nil {
@@ -340,7 +418,15 @@ func (r *rank) run(onStep func(Record) error) ([]float32, error) {
 			}
 			st.mine[micro] = loss
 			t2 := time.Now()
-			if err := m.Backward(eng.GradScale()); err != nil {
+			scale := eng.GradScale()
+			if batch.LossDenom > 0 {
+				// The loss is a share of the sum over the whole global
+				// batch (HF's num_items_in_batch), not a mean to average
+				// over micro-steps and ranks: undo the engine's 1/GAS and
+				// its average over the ranks.
+				scale *= float32(gas * world)
+			}
+			if err := m.Backward(scale); err != nil {
 				return nil, fmt.Errorf("step %d, micro-step %d: %w", s+1, micro, err)
 			}
 			bd.BackwardMS += ms(time.Since(t2))
@@ -364,6 +450,7 @@ func (r *rank) run(onStep func(Record) error) ([]float32, error) {
 			rec := Record{Step: ss.Step, Loss: st.loss(), LR: ss.LR, LossScale: ss.LossScale, GradNorm: ss.GradNorm,
 				Skipped: ss.Skipped, StepTimeS: dt, TokensPerS: float64(B*T*gas*world) / dt}
 			rec.Peak, rec.PeakMax = st.peaks()
+			rec.Micro = st.micro()
 			rec.PeakHost = r.dev.Acct.Snapshot().PeakTotal[mem.PinnedHost]
 			if p.WallClockBreakdown {
 				rec.Breakdown = &bd
@@ -384,7 +471,7 @@ func (r *rank) run(onStep func(Record) error) ([]float32, error) {
 		if verdict[0] == fail {
 			return nil, cbErr // rank 0 says why; the others just end
 		}
-		if cfg.SaveDir != "" && (verdict[0] == stop || s+1 == cfg.Steps || cfg.SaveInterval > 0 && (s+1)%cfg.SaveInterval == 0) {
+		if cfg.SaveDir != "" && r.saveAfter(s+1, verdict[0] == stop) {
 			t0 := time.Now()
 			if err := checkBeforeSave(ctx, c, eng, s+1, cfg.SaveDir); err != nil {
 				return nil, err
@@ -396,6 +483,11 @@ func (r *rank) run(onStep func(Record) error) ([]float32, error) {
 		}
 		if verdict[0] == stop {
 			break
+		}
+	}
+	if cfg.Done != nil {
+		if err := cfg.Done(c.Rank(), c, eng); err != nil {
+			return nil, err
 		}
 	}
 	if !cfg.ReturnParams {

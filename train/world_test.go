@@ -11,7 +11,7 @@ import (
 
 	"github.com/dszero/dszero/blas"
 	"github.com/dszero/dszero/dsconfig"
-	"github.com/dszero/dszero/internal/ztest"
+	"github.com/dszero/dszero/internal/fdiff"
 	"github.com/dszero/dszero/mem"
 	"github.com/dszero/dszero/model"
 	"github.com/dszero/dszero/model/gpt"
@@ -94,7 +94,7 @@ func runGPT(t *testing.T, g gptRef, js string, world, steps int, v lrsched.Versi
 	}
 	batches := gptSamples{tokens: g.tokens, B: int(plan.Batch.TrainMicroBatchSizePerGPU), gas: int(plan.Batch.GradientAccumulationSteps), world: world}
 	var recs []Record
-	final, err := Run(Config{Plan: plan, Model: g.cfg, Init: g.init, Batches: batches, SeqLen: 32, Steps: steps, ReturnParams: true,
+	final, err := Run(Config{Plan: plan, Model: g.cfg, Init: g.init, Batches: Tokens(batches, 32), SeqLen: 32, Steps: steps, ReturnParams: true,
 		Devices: devs, Version: v, Workers: 1}, func(r Record) error { recs = append(recs, r); return nil })
 	if err != nil {
 		t.Fatal(err)
@@ -125,7 +125,7 @@ func TestWorldParityGPT(t *testing.T) {
 			t.Run(fmt.Sprintf("stage%d/world%d", stage, world), func(t *testing.T) {
 				recs, w := runGPT(t, g, harnessJSON(stage, 2, 2, 20000, stage == 2 && world%2 == 0), world, steps, lrsched.DeepSpeed0195)
 				lrel := maxRel(recs, base)
-				wabs, wrel := ztest.WeightDiff(w, bw)
+				wabs, wrel := fdiff.Weights(w, bw)
 				t.Logf("losses max rel Δ %.2e; weights max |Δ| %.2e, ‖Δ‖/‖w‖ %.2e", lrel, wabs, wrel)
 				if lrel > 1e-6 {
 					t.Errorf("losses differ from one rank by %.2e relative", lrel)
@@ -163,7 +163,7 @@ func vsDeepSpeed(t *testing.T, recs []Record, final []float32, ref dsResult, wan
 			t.Errorf("step %d: lr %g, DeepSpeed %g", r.Step, r.LR, w.LRUsed)
 		}
 	}
-	wabs, _ = ztest.WeightDiff(final, want)
+	wabs, _ = fdiff.Weights(final, want)
 	return loss, norm, wabs
 }
 
@@ -223,7 +223,7 @@ func TestRankFailure(t *testing.T) {
 		devs[r] = Device{Acct: mem.NewAccountant(r), Gemm: g.gemm}
 	}
 	devs[1].Acct.SetCapacity(mem.Device, 1_100_000) // room for the model states, not for the activations
-	_, err = Run(Config{Plan: plan, Model: g.cfg, Init: g.init, Batches: gptSamples{g.tokens, 2, 2, 3}, SeqLen: 32, Steps: 2,
+	_, err = Run(Config{Plan: plan, Model: g.cfg, Init: g.init, Batches: Tokens(gptSamples{g.tokens, 2, 2, 3}, 32), SeqLen: 32, Steps: 2,
 		Devices: devs, Workers: 1}, nil)
 	t.Log(err)
 	var oom *mem.OOMError
@@ -242,7 +242,7 @@ func TestStopAllRanks(t *testing.T) {
 	}
 	devs := []Device{{mem.NewAccountant(0), g.gemm}, {mem.NewAccountant(1), g.gemm}}
 	steps := 0
-	final, err := Run(Config{Plan: plan, Model: g.cfg, Init: g.init, Batches: gptSamples{g.tokens, 2, 1, 2}, SeqLen: 32, Steps: 5,
+	final, err := Run(Config{Plan: plan, Model: g.cfg, Init: g.init, Batches: Tokens(gptSamples{g.tokens, 2, 1, 2}, 32), SeqLen: 32, Steps: 5,
 		ReturnParams: true, Devices: devs, Workers: 1}, func(r Record) error {
 		steps++
 		if r.Step == 2 {
@@ -253,7 +253,7 @@ func TestStopAllRanks(t *testing.T) {
 	if err != nil || steps != 2 || len(final) != g.layout.Numel {
 		t.Errorf("stopped after %d steps, %d parameters, error %v", steps, len(final), err)
 	}
-	_, err = Run(Config{Plan: plan, Model: g.cfg, Init: g.init, Batches: gptSamples{g.tokens, 2, 1, 2}, SeqLen: 32, Steps: 5,
+	_, err = Run(Config{Plan: plan, Model: g.cfg, Init: g.init, Batches: Tokens(gptSamples{g.tokens, 2, 1, 2}, 32), SeqLen: 32, Steps: 5,
 		ReturnParams: true, Devices: devs, Workers: 1}, func(r Record) error { return errors.New("disk full") })
 	if err == nil || err.Error() != "rank 0: disk full" {
 		t.Errorf("onStep's error: got %v", err)

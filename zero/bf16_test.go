@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/dszero/dszero/comm"
+	"github.com/dszero/dszero/internal/fdiff"
 	"github.com/dszero/dszero/internal/ztest"
 	"github.com/dszero/dszero/model"
 	"github.com/dszero/dszero/zero/lrsched"
@@ -63,7 +64,7 @@ func TestDeepSpeedParityMLPBF16Enabled(t *testing.T) {
 			for s, rs := range ref.Steps {
 				loss = math.Max(loss, relErr(got.Losses[s], rs.Loss))
 			}
-			wabs, _ := ztest.WeightDiff(got.Final, want)
+			wabs, _ := fdiff.Weights(got.Final, want)
 			t.Logf("vs DeepSpeed bf16: step losses max rel Δ %.2e; final weights max |Δ| %.2e", loss, wabs)
 			if loss > 1e-3 || wabs > 5e-3 {
 				t.Errorf("outside the bf16 tolerances (losses 1e-3 relative, weights 5e-3)")
@@ -110,7 +111,7 @@ func TestCommunicationDataType16(t *testing.T) {
 			if 2*b16 != b32 {
 				t.Errorf("stage %d, %s: %v moved %d bytes, fp32 %d: want half", stage, dt, k, b16, b32)
 			}
-			abs, rel := ztest.WeightDiff(got.Final, base.Final)
+			abs, rel := fdiff.Weights(got.Final, base.Final)
 			t.Logf("stage %d, communication_data_type %s: weights max |Δ| %.2e, ‖Δ‖/‖w‖ %.2e from the fp32 reduction", stage, dt, abs, rel)
 			if abs == 0 || rel > 1e-2 {
 				t.Errorf("stage %d, %s: weights ‖Δ‖/‖w‖ %.2e from the fp32 reduction, want nonzero and < 1e-2", stage, dt, rel)

@@ -5,6 +5,7 @@ import (
 	"math"
 	"testing"
 
+	"github.com/dszero/dszero/internal/fdiff"
 	"github.com/dszero/dszero/internal/ztest"
 	"github.com/dszero/dszero/model"
 	"github.com/dszero/dszero/zero/lrsched"
@@ -63,7 +64,7 @@ func checkDeepSpeed(t *testing.T, ref ztest.DSResult, got ztest.Run, want []floa
 			t.Errorf("step %d: lr %g, DeepSpeed %g", s+1, got.Stats[s].LR, rs.LRUsed)
 		}
 	}
-	wabs, _ := ztest.WeightDiff(got.Final, want)
+	wabs, _ := fdiff.Weights(got.Final, want)
 	t.Logf("vs DeepSpeed: micro-step losses max rel Δ %.2e, step losses %.2e, grad norms %.2e; final weights max |Δ| %.2e", micro, loss, norm, wabs)
 	if micro > 1e-5 || loss > 1e-5 || norm > 1e-5 {
 		t.Errorf("losses or gradient norms differ from DeepSpeed by more than 1e-5 relative")

@@ -63,7 +63,7 @@ func mlpRun(t *testing.T, plan dsconfig.Plan, steps int, v Version, x, y []float
 		sum := 0.0
 		for micro := 0; micro < gas; micro++ {
 			lo := (s*16 + micro*B) // sample index within the step's 16
-			loss, err := m.Forward(x[lo*16:(lo+B)*16], B, y[lo*8:(lo+B)*8])
+			loss, err := m.Forward(model.Batch{X: x[lo*16 : (lo+B)*16], B: B, Y: y[lo*8 : (lo+B)*8]})
 			if err != nil {
 				t.Fatal(err)
 			}

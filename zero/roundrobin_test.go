@@ -9,6 +9,7 @@ import (
 
 	"github.com/dszero/dszero/comm"
 	"github.com/dszero/dszero/comm/inproc"
+	"github.com/dszero/dszero/internal/fdiff"
 	"github.com/dszero/dszero/internal/ztest"
 	"github.com/dszero/dszero/mem"
 	"github.com/dszero/dszero/zero"
@@ -136,8 +137,8 @@ func TestRoundRobinTraining(t *testing.T) {
 						return got
 					}
 					base, rr := run(js), run(roundRobin(js))
-					lrel := ztest.MaxRel(rr.Losses, base.Losses)
-					abs, rel := ztest.WeightDiff(rr.Final, base.Final)
+					lrel := fdiff.MaxRel(rr.Losses, base.Losses)
+					abs, rel := fdiff.Weights(rr.Final, base.Final)
 					t.Logf("losses max rel Δ %.2e; weights max |Δ| %.2e, ‖Δ‖/‖w‖ %.2e", lrel, abs, rel)
 					if lrel > 1e-6 || rel > 1e-6 {
 						t.Errorf("round robin changed the run by more than float32 rounding")

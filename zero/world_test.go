@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"testing"
 
+	"github.com/dszero/dszero/internal/fdiff"
 	"github.com/dszero/dszero/internal/ztest"
 	"github.com/dszero/dszero/zero/lrsched"
 )
@@ -63,8 +64,8 @@ func TestWorldParityMLP(t *testing.T) {
 			for stage := 0; stage <= 3; stage++ {
 				t.Run(fmt.Sprintf("clip%g/stage%d/world%d", clip, stage, world), func(t *testing.T) {
 					got := runMLP(t, clipJSON(clip, stage, 2, 2, 1000, stage == 2 && world%2 == 0), world, steps, d)
-					lrel := ztest.MaxRel(got.Losses, base.Losses)
-					wabs, wrel := ztest.WeightDiff(got.Final, base.Final)
+					lrel := fdiff.MaxRel(got.Losses, base.Losses)
+					wabs, wrel := fdiff.Weights(got.Final, base.Final)
 					t.Logf("losses max rel Δ %.2e; weights max |Δ| %.2e, ‖Δ‖/‖w‖ %.2e", lrel, wabs, wrel)
 					if lrel > 1e-6 {
 						t.Errorf("losses differ from one rank by %.2e relative:\n%v\n%v", lrel, got.Losses, base.Losses)

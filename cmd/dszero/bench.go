@@ -271,7 +271,7 @@ func benchOne(base map[string]any, stage int, off, nvmeDir string, nproc, micro,
 		devs[r] = train.Device{Acct: a, Gemm: gemm}
 	}
 	var times []float64
-	_, err = train.Run(train.Config{Plan: plan, Model: mc, Seed: 1, Batches: loader, SeqLen: seq, Steps: steps, Devices: devs},
+	_, err = train.Run(train.Config{Plan: plan, Model: mc, Seed: 1, Batches: train.Tokens(loader, seq), SeqLen: seq, Steps: steps, Devices: devs},
 		func(r train.Record) error {
 			if r.Step > 1 {
 				times = append(times, r.StepTimeS)

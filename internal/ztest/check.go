@@ -1,38 +1,12 @@
 package ztest
 
 import (
-	"math"
 	"testing"
 
 	"github.com/dszero/dszero/internal/zcore"
 	"github.com/dszero/dszero/mem"
 	"github.com/dszero/dszero/zero/lrsched"
 )
-
-// MaxRel is the largest |a−b|/|b| of two loss series.
-func MaxRel(a, b []float64) float64 {
-	m := 0.0
-	for i := range a {
-		m = math.Max(m, math.Abs(a[i]-b[i])/math.Abs(b[i]))
-	}
-	return m
-}
-
-// WeightDiff is the largest |a−b| over all weights, and the relative
-// difference of the whole vectors, ‖a−b‖₂/‖b‖₂. (Per element, relative
-// differences mean little: Adam moves a weight whose gradient is at the
-// rounding noise by up to lr per step whatever the noise, so weights near
-// zero differ relatively much whenever the summation order differs.)
-func WeightDiff(a, b []float32) (abs, rel float64) {
-	var d2, b2 float64
-	for i := range a {
-		d := float64(a[i]) - float64(b[i])
-		abs = math.Max(abs, math.Abs(d))
-		d2 += d * d
-		b2 += float64(b[i]) * float64(b[i])
-	}
-	return abs, math.Sqrt(d2 / b2)
-}
 
 // StageRun trains the MLP d for 2 steps with Adam in fp32 at a ZeRO stage
 // (StageJSON with bucket and overlap) on world ranks, for the stages'

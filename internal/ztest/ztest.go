@@ -5,7 +5,6 @@
 package ztest
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -13,11 +12,11 @@ import (
 
 	"github.com/dszero/dszero/blas"
 	"github.com/dszero/dszero/comm"
-	"github.com/dszero/dszero/comm/inproc"
 	"github.com/dszero/dszero/dsconfig"
 	"github.com/dszero/dszero/mem"
 	"github.com/dszero/dszero/model"
 	"github.com/dszero/dszero/model/mlp"
+	"github.com/dszero/dszero/train"
 	"github.com/dszero/dszero/zero"
 )
 
@@ -86,119 +85,101 @@ func RunMLP(plan dsconfig.Plan, steps int, v zero.Version, d MLPData, inject Inj
 }
 
 // RunMLPWith is RunMLP with the engine options of each rank adjusted by
-// tweak (nil: none), for the knobs a plan does not carry.
+// tweak (nil: none), for the knobs a plan does not carry. It trains
+// through train.Run, the one training loop.
 func RunMLPWith(plan dsconfig.Plan, steps int, v zero.Version, d MLPData, inject Inject, tweak func(*zero.Options)) (Run, error) {
 	world := plan.WorldSize
-	B, gas := int(plan.Batch.TrainMicroBatchSizePerGPU), int(plan.Batch.GradientAccumulationSteps)
-	G := B * gas * world
+	gas := int(plan.Batch.GradientAccumulationSteps)
 	gemm, err := blas.New(blas.Options{Backend: blas.Gonum}) // pure Go: the same on every machine
 	if err != nil {
 		return Run{}, err
 	}
-	run := Run{Micro: make([][][]float32, steps), Accts: make([]*mem.Accountant, world), Traffic: make([]comm.Traffic, world),
+	run := Run{Accts: make([]*mem.Accountant, world), Traffic: make([]comm.Traffic, world),
 		GroupTraffic: make([][2]comm.Traffic, world)}
-	for s := range run.Micro {
-		run.Micro[s] = make([][]float32, world)
-		for r := range run.Micro[s] {
-			run.Micro[s][r] = make([]float32, gas)
+	devs := make([]train.Device, world)
+	for r := range devs {
+		run.Accts[r] = mem.NewAccountant(r)
+		devs[r] = train.Device{Acct: run.Accts[r], Gemm: gemm}
+	}
+	cfg := train.Config{Plan: plan, Model: d.Cfg, Init: d.Init, Batches: mlpBatches{d: &d, gas: gas, world: world},
+		Steps: steps, ReturnParams: true, Devices: devs, Workers: 1, Version: v, Timeout: time.Minute,
+		Warn: func(w string) { run.Warns = append(run.Warns, w) },
+		Done: func(r int, c comm.Comm, eng *zero.Engine) error {
+			if g, ok := eng.Strategy().(interface {
+				GroupTraffic() (shard, replicas comm.Traffic)
+			}); ok {
+				run.GroupTraffic[r][0], run.GroupTraffic[r][1] = g.GroupTraffic()
+			}
+			run.Traffic[r] = c.Traffic()
+			return nil
+		}}
+	if tweak != nil {
+		cfg.EngineOptions = func(_ int, o *zero.Options) error { tweak(o); return nil }
+	}
+	if inject != nil {
+		cfg.Hooks = func(r int, eng *zero.Engine) model.UnitHooks {
+			_, grads := eng.ModelBuffers()
+			return &injector{UnitHooks: eng.Strategy(), inject: inject, rank: r, gas: gas, grads: grads}
 		}
 	}
-	run.Final = make([]float32, d.Layout.Numel)
-	err = inproc.New(world, inproc.Options{Timeout: time.Minute}).Run(func(c comm.Comm) error {
-		r := c.Rank()
-		acct := mem.NewAccountant(r)
-		run.Accts[r] = acct
-		opts := zero.Options{Acct: acct, Layout: &d.Layout, Init: d.Init, Workers: 1, Version: v, Comm: c, Ctx: context.Background()}
-		if r == 0 {
-			opts.Warn = func(w string) { run.Warns = append(run.Warns, w) }
-		}
-		if tweak != nil {
-			tweak(&opts)
-		}
-		eng, err := zero.NewEngine(plan, opts)
-		if err != nil {
-			return err
-		}
-		defer eng.Close()
-		hooks := &injector{UnitHooks: eng.Strategy(), inject: inject, rank: r}
-		m, err := mlp.New(d.Cfg, mlp.Options{Gemm: gemm, Acct: acct, Hooks: hooks, Round: eng.Round()})
-		if err != nil {
-			return err
-		}
-		defer m.Close()
-		if err := m.Bind(eng.ModelBuffers()); err != nil {
-			return err
-		}
-		_, hooks.grads = eng.ModelBuffers()
-		x, y := make([]float32, B*16), make([]float32, B*8)
-		for s := 0; s < steps; s++ {
-			for micro := 0; micro < gas; micro++ {
-				hooks.step, hooks.micro = s, micro
-				mb := micro*world + r
-				for b := 0; b < B; b++ {
-					i := (s*G + mb*B + b) % MLPSamples
-					copy(x[b*16:(b+1)*16], d.X[i*16:])
-					copy(y[b*8:(b+1)*8], d.Y[i*8:])
-				}
-				loss, err := m.Forward(x, B, y)
-				if err != nil {
-					return err
-				}
-				run.Micro[s][r][micro] = loss
-				if err := m.Backward(eng.GradScale()); err != nil {
-					return err
-				}
-			}
-			st, err := eng.Step()
-			if err != nil {
-				return err
-			}
-			if r == 0 {
-				run.Stats = append(run.Stats, st)
-			}
-		}
-		if g, ok := eng.Strategy().(interface {
-			GroupTraffic() (shard, replicas comm.Traffic)
-		}); ok {
-			run.GroupTraffic[r][0], run.GroupTraffic[r][1] = g.GroupTraffic()
-		}
-		full := make([]float32, d.Layout.Numel)
-		if err := eng.GatherMaster(full); err != nil {
-			return err
-		}
-		if r == 0 {
-			copy(run.Final, full)
-		}
-		run.Traffic[r] = c.Traffic()
+	run.Final, err = train.Run(cfg, func(rec train.Record) error {
+		run.Micro = append(run.Micro, rec.Micro)
+		run.Losses = append(run.Losses, rec.Loss)
+		run.Stats = append(run.Stats, zero.StepStats{Step: rec.Step, LR: rec.LR, LossScale: rec.LossScale,
+			GradNorm: rec.GradNorm, Skipped: rec.Skipped})
 		return nil
 	})
 	if err != nil {
 		return Run{}, err
 	}
-	for s := range run.Micro {
-		sum := 0.0
-		for micro := 0; micro < gas; micro++ {
-			for r := 0; r < world; r++ {
-				sum += float64(run.Micro[s][r][micro])
-			}
-		}
-		run.Losses = append(run.Losses, sum/float64(gas*world))
-	}
 	return run, nil
 }
 
-// injector calls Inject before the strategy's AfterBackward.
+// mlpBatches serves d's samples in the harness's layout: step s,
+// micro-batch mb = micro·world + rank uses samples s·G + mb·B … + B−1
+// (mod MLPSamples), G = B·GAS·world.
+type mlpBatches struct {
+	d          *MLPData
+	gas, world int
+}
+
+func (m mlpBatches) Batch(step, micro, rank int, b *model.Batch) error {
+	B := b.B
+	nx, ny := m.d.Cfg.Sizes[0], m.d.Cfg.Sizes[len(m.d.Cfg.Sizes)-1]
+	if len(b.X) != B*nx {
+		b.X, b.Y = make([]float32, B*nx), make([]float32, B*ny)
+	}
+	G := B * m.gas * m.world
+	mb := micro*m.world + rank
+	for i := 0; i < B; i++ {
+		n := (step*G + mb*B + i) % MLPSamples
+		copy(b.X[i*nx:(i+1)*nx], m.d.X[n*nx:])
+		copy(b.Y[i*ny:(i+1)*ny], m.d.Y[n*ny:])
+	}
+	return nil
+}
+
+// injector calls Inject before the strategy's AfterBackward. It tells the
+// micro-steps apart by the model's first hook of each forward.
 type injector struct {
 	model.UnitHooks
-	inject            Inject
-	rank, step, micro int
-	grads             []float32
+	inject Inject
+	rank   int
+	gas    int
+	passes int // forwards begun
+	grads  []float32
+}
+
+func (h *injector) BeforeForward(unit int) error {
+	if unit == 0 {
+		h.passes++
+	}
+	return h.UnitHooks.BeforeForward(unit)
 }
 
 func (h *injector) AfterBackward(unit int) error {
-	if h.inject != nil {
-		h.inject(h.rank, h.step, h.micro, unit, h.grads)
-	}
+	p := h.passes - 1
+	h.inject(h.rank, p/h.gas, p%h.gas, unit, h.grads)
 	return h.UnitHooks.AfterBackward(unit)
 }
 

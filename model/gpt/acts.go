@@ -53,6 +53,7 @@ type acts struct {
 
 	tokens  []int32 // (B, T) copy of the forward's input
 	targets []int32 // (B, T) copy of the forward's targets
+	lossDiv float64 // what the forward divided the summed losses by (crossentropyForward)
 }
 
 // slab hands out consecutive views of one accounted allocation.

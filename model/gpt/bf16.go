@@ -34,7 +34,7 @@ import (
 //   - matrix products (Linear, the attention's bmm): float32 sums in
 //     oneDNN's order (dotPairs), rounded once, bias included.
 //   - the float32 loss on the bf16 logits: log-softmax with Sleef's exp
-//     and log and lane sums, the mean in nll_loss's cascade (nllMean).
+//     and log and lane sums, the mean in nll_loss's cascade (nllSum).
 //
 // The adds, the embedding gradients and the bias gradients are float32
 // compute rounded once, as in the fp16 emulation. Every float32 product
@@ -513,12 +513,13 @@ func softmaxBackSumBF16(p, g []float32) float32 {
 	return lanes16(&l)
 }
 
-// nllMean is torch 1.13's nll_loss "mean" of the per-position losses, as
-// the bf16 model's fp32 loss reports it (LossNLL.cpp nll_loss_out_frame):
-// a float32 cascade of 8 partial sums, level j flushed into level j+1
-// whenever the position's bits j·p … (j+1)·p−1 are zero (p =
-// max(4, CeilLog2(N)/8)), the partial sums added in order, then / N.
-func nllMean(losses []float32) float32 {
+// nllSum is the sum in torch 1.13's nll_loss "mean" of the per-position
+// losses, as the bf16 model's fp32 loss reports it (LossNLL.cpp
+// nll_loss_out_frame): a float32 cascade of 8 partial sums, level j
+// flushed into level j+1 whenever the position's bits j·p … (j+1)·p−1 are
+// zero (p = max(4, CeilLog2(N)/8)), the partial sums added in order. The
+// mean divides it by N (ignored positions add 0).
+func nllSum(losses []float32) float32 {
 	const levels = 8
 	power := max(4, ceilLog2(len(losses))/levels)
 	mask := 1<<power - 1
@@ -534,5 +535,5 @@ func nllMean(losses []float32) float32 {
 	for _, p := range part {
 		sum += p
 	}
-	return sum / float32(len(losses))
+	return sum
 }

@@ -4,6 +4,8 @@ import (
 	"math"
 	"math/rand/v2"
 	"testing"
+
+	"github.com/dszero/dszero/model"
 )
 
 // TestGradientCheck compares the float32 analytic gradients with central
@@ -35,7 +37,7 @@ func TestGradientCheck(t *testing.T) {
 			targets := randomTokens(rng, tc.B*tc.T, cfg.Vocab)
 
 			m, _ := newTestModel(t, cfg, Options{}, params)
-			loss, err := m.Forward(tokens, tc.B, targets)
+			loss, err := m.Forward(model.Batch{Tokens: tokens, B: tc.B, Targets: targets})
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -1,6 +1,10 @@
 package gpt
 
-import "math"
+import (
+	"math"
+
+	"github.com/dszero/dszero/model"
+)
 
 // Layers, each a forward and its mirror-image backward. Shapes use
 // B (batch), T (sequence), N = B*T rows, C (width), M (MLP width),
@@ -369,6 +373,14 @@ func (j *ceJob) runRange(lo, hi int) {
 	for r := lo; r < hi; r++ {
 		x := j.logits[r*V:][:V]
 		t := int(j.targets[r])
+		if t == model.IgnoreIndex { // no loss here, and no gradient
+			if j.backward {
+				clear(x)
+			} else {
+				j.losses[r] = 0
+			}
+			continue
+		}
 		if !j.backward {
 			// log_softmax as PyTorch: (x - max) - log(Σ exp(x - max)).
 			mx := x[0]
@@ -405,20 +417,40 @@ func (j *ceJob) runRange(lo, hi int) {
 }
 
 // crossentropyForward writes per-position losses (N) and the row
-// statistics backward needs, and returns the mean loss (summed in
-// float64).
-func (m *Model) crossentropyForward(losses, lseMax, lseLog, logits []float32, targets []int32, N int) float32 {
+// statistics backward needs, and returns the loss: the sum over the
+// positions that take one (summed in float64) divided by div — their
+// count for the mean — or 0 when none does.
+func (m *Model) crossentropyForward(losses, lseMax, lseLog, logits []float32, targets []int32, N int, div float64) float32 {
 	m.jobs.ce = ceJob{logits: logits, lseMax: lseMax, lseLog: lseLog, losses: losses, targets: targets, V: m.cfg.Vocab, bf16: m.bf16}
 	m.pool.run(N, 1, &m.jobs.ce)
 	m.jobs.ce = ceJob{}
+	if div == 0 {
+		return 0
+	}
 	if m.bf16 {
-		return nllMean(losses[:N])
+		return nllSum(losses[:N]) / float32(div)
 	}
 	var sum float64
 	for _, l := range losses[:N] {
 		sum += float64(l)
 	}
-	return float32(sum / float64(N))
+	return float32(sum / div)
+}
+
+// lossDivisor is what the summed losses of targets are divided by: denom
+// when it is positive (the count over a whole accumulation window), else
+// the number of targets that take a loss (the mean; 0 when none does).
+func lossDivisor(targets []int32, denom float64) float64 {
+	if denom > 0 {
+		return denom
+	}
+	n := 0
+	for _, t := range targets {
+		if t != model.IgnoreIndex {
+			n++
+		}
+	}
+	return float64(n)
 }
 
 // crossentropyBackward turns logits (N, V) into dlogits in place, for a

@@ -3,6 +3,7 @@ package gpt
 import (
 	"errors"
 	"fmt"
+	"math"
 	"runtime"
 
 	"github.com/dszero/dszero/mem"
@@ -220,12 +221,16 @@ func (m *Model) Logits() []float32 {
 	return m.a.logits
 }
 
-// Forward runs the model on tokens, B sequences of T = len(tokens)/B ids
-// (row-major (B, T)). With targets (same shape) it returns the mean
-// cross-entropy over the B*T positions and keeps what Backward needs;
-// with nil targets it computes only the logits and returns 0.
-func (m *Model) Forward(tokens []int32, B int, targets []int32) (float32, error) {
+// Forward runs the model on b: b.B sequences of T = len(b.Tokens)/b.B
+// ids (row-major (B, T)). With b.Targets (same shape) it returns the
+// cross-entropy over the positions whose target is not
+// model.IgnoreIndex — their mean, or their sum over b.LossDenom when that
+// is set — and keeps what Backward needs; without targets it computes
+// only the logits and returns 0. The GPT's positions are 0…T−1 in every
+// row: b.Positions (packing) is refused.
+func (m *Model) Forward(b model.Batch) (float32, error) {
 	m.state = idle
+	tokens, B, targets := b.Tokens, b.B, b.Targets
 	if m.params == nil {
 		return 0, errors.New("gpt: Forward before Bind")
 	}
@@ -242,10 +247,16 @@ func (m *Model) Forward(tokens []int32, B int, targets []int32) (float32, error)
 	if targets != nil && len(targets) != len(tokens) {
 		return 0, fmt.Errorf("gpt: %d targets for %d tokens", len(targets), len(tokens))
 	}
-	if err := checkIDs("token", tokens, m.cfg.Vocab); err != nil {
+	if b.Positions != nil {
+		return 0, errNoPacking
+	}
+	if b.LossDenom < 0 || math.IsNaN(b.LossDenom) || math.IsInf(b.LossDenom, 0) {
+		return 0, fmt.Errorf("gpt: loss denominator %v: want a positive count, or 0 for the mean", b.LossDenom)
+	}
+	if err := checkIDs("token", tokens, m.cfg.Vocab, false); err != nil {
 		return 0, err
 	}
-	if err := checkIDs("target", targets, m.cfg.Vocab); err != nil {
+	if err := checkIDs("target", targets, m.cfg.Vocab, true); err != nil {
 		return 0, err
 	}
 	if err := m.ensureActs(B, T); err != nil {
@@ -280,7 +291,8 @@ func (m *Model) Forward(tokens []int32, B int, targets []int32) (float32, error)
 	var loss float32
 	if targets != nil {
 		copy(a.targets, targets)
-		loss = m.crossentropyForward(a.losses, a.lseMax, a.lseLog, a.logits, a.targets, N)
+		a.lossDiv = lossDivisor(targets, b.LossDenom)
+		loss = m.crossentropyForward(a.losses, a.lseMax, a.lseLog, a.logits, a.targets, N, a.lossDiv)
 	}
 	if err := m.hook(model.HookAfterForward, head); err != nil {
 		return 0, err
@@ -326,7 +338,11 @@ func (m *Model) Backward(dlossScale float32) error {
 	if err := m.hook(model.HookBeforeBackward, head); err != nil {
 		return err
 	}
-	m.crossentropyBackward(a.logits, a.lseMax, a.lseLog, a.targets, dlossScale/float32(N), N)
+	var d float32 // the loss gradient per position that takes a loss
+	if a.lossDiv > 0 {
+		d = dlossScale / float32(a.lossDiv)
+	}
+	m.crossentropyBackward(a.logits, a.lseMax, a.lseLog, a.targets, d, N)
 	m.matmulBackward(a.dln, m.g.head, nil, a.logits, a.lnf, m.p.head, N, C, V)
 	m.layernormBackward(a.dres, m.g.lnfw, m.g.lnfb, a.dln, a.res[L], m.p.lnfw, a.lnfMean, a.lnfRstd, N)
 	if err := m.hook(model.HookAfterBackward, head); err != nil {
@@ -415,9 +431,13 @@ func (m *Model) blockBackward(l int, x []float32, ba *blockActs, dres []float32)
 	m.residualBackward(dres, a.dx) // dres = d(x)
 }
 
-// checkIDs reports the first id outside [0, vocab).
-func checkIDs(what string, ids []int32, vocab int) error {
+// checkIDs reports the first id outside [0, vocab) (model.IgnoreIndex
+// allowed when ignore is set).
+func checkIDs(what string, ids []int32, vocab int, ignore bool) error {
 	for i, id := range ids {
+		if ignore && id == model.IgnoreIndex {
+			continue
+		}
 		if id < 0 || int(id) >= vocab {
 			return fmt.Errorf("gpt: %s %d at position %d is outside the vocabulary [0, %d)", what, id, i, vocab)
 		}

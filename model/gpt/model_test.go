@@ -94,7 +94,7 @@ func TestUnits(t *testing.T) {
 // step runs Forward and Backward(scale) and returns the loss.
 func step(t testing.TB, m *Model, tokens, targets []int32, B int, scale float32) float32 {
 	t.Helper()
-	loss, err := m.Forward(tokens, B, targets)
+	loss, err := m.Forward(model.Batch{Tokens: tokens, B: B, Targets: targets})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -223,7 +223,7 @@ func TestHookErrors(t *testing.T) {
 		h := &gatherHooks{Recorder: modeltest.Recorder{FailAt: at}, atAfter: map[int][]float32{}}
 		m, _ := newTestModel(t, cfg, Options{Hooks: h}, nil)
 		h.l, h.full, h.buf, h.grads = m.Layout(), params, m.Params(), m.Grads
-		_, err := m.Forward(idx, 4, tgt)
+		_, err := m.Forward(model.Batch{Tokens: idx, B: 4, Targets: tgt})
 		if err == nil {
 			err = m.Backward(1)
 		}
@@ -403,14 +403,14 @@ func TestInputErrors(t *testing.T) {
 		{"empty", nil, nil, 1, "0 tokens"},
 		{"targets mismatch", ok, ok[:100], 4, "100 targets for 128 tokens"},
 	} {
-		if _, err := m.Forward(tc.tokens, tc.B, tc.targets); err == nil || !strings.Contains(err.Error(), tc.want) {
+		if _, err := m.Forward(model.Batch{Tokens: tc.tokens, B: tc.B, Targets: tc.targets}); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%s: err %v, want %q", tc.name, err, tc.want)
 		}
 	}
 	if err := m.Backward(1); err == nil {
 		t.Error("Backward without Forward succeeded")
 	}
-	if _, err := m.Forward(ok, 4, nil); err != nil {
+	if _, err := m.Forward(model.Batch{Tokens: ok, B: 4}); err != nil {
 		t.Fatal(err)
 	}
 	if len(m.Logits()) != 4*32*64 {
@@ -424,7 +424,7 @@ func TestInputErrors(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer u.Close()
-	if _, err := u.Forward(ok, 4, ok); err == nil {
+	if _, err := u.Forward(model.Batch{Tokens: ok, B: 4, Targets: ok}); err == nil {
 		t.Error("Forward before Bind succeeded")
 	}
 	if err := u.Bind(params[:10], nil); err == nil {
@@ -441,7 +441,7 @@ func TestActivationOOM(t *testing.T) {
 	acct := mem.NewAccountant(0)
 	acct.SetCapacity(mem.Device, 1<<20)
 	m, _ := newTestModel(t, cfg, Options{Acct: acct}, params)
-	_, err := m.Forward(make([]int32, 16*32), 16, make([]int32, 16*32))
+	_, err := m.Forward(model.Batch{Tokens: make([]int32, 16*32), B: 16, Targets: make([]int32, 16*32)})
 	var oom *mem.OOMError
 	if !errors.As(err, &oom) {
 		t.Fatalf("Forward over the device budget: %v, want an *mem.OOMError", err)
@@ -472,7 +472,7 @@ func TestRoundedTensorsAre16Bit(t *testing.T) {
 	half.RoundBF16(params)
 	idx, tgt := microBatch(harnessTokens(t), 0, 0, 0)
 	m, _ := newTestModel(t, cfg, Options{Round: half.RoundBF16}, params)
-	if _, err := m.Forward(idx, 4, tgt); err != nil {
+	if _, err := m.Forward(model.Batch{Tokens: idx, B: 4, Targets: tgt}); err != nil {
 		t.Fatal(err)
 	}
 	a := &m.a

@@ -63,7 +63,7 @@ func TestParityMicroLossesStep1(t *testing.T) {
 	}
 	for _, ml := range step.MicroLosses {
 		idx, tgt := microBatch(tok, 0, ml.Micro, ml.Rank)
-		loss, err := m.Forward(idx, 4, tgt)
+		loss, err := m.Forward(model.Batch{Tokens: idx, B: 4, Targets: tgt})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -83,7 +83,7 @@ func TestParityEvalAfterTraining(t *testing.T) {
 	res := modeltest.ReadResult(t, "testdata/plain_dsclip_result.json")
 	m, _ := newTestModel(t, cfg, Options{}, params)
 	idx, tgt := microBatch(harnessTokens(t), 0, 0, 0)
-	loss, err := m.Forward(idx, 4, tgt)
+	loss, err := m.Forward(model.Batch{Tokens: idx, B: 4, Targets: tgt})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -108,11 +108,11 @@ func TestBF16EmulationStep1(t *testing.T) {
 	for _, ml := range fp32 {
 		want := bf.Steps[0].MicroLosses[fmt.Sprintf("rank%d", ml.Rank)][ml.Micro]
 		idx, tgt := microBatch(tok, 0, ml.Micro, ml.Rank)
-		l32, err := m32.Forward(idx, 4, tgt)
+		l32, err := m32.Forward(model.Batch{Tokens: idx, B: 4, Targets: tgt})
 		if err != nil {
 			t.Fatal(err)
 		}
-		l16, err := m16.Forward(idx, 4, tgt)
+		l16, err := m16.Forward(model.Batch{Tokens: idx, B: 4, Targets: tgt})
 		if err != nil {
 			t.Fatal(err)
 		}

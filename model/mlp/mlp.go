@@ -260,13 +260,17 @@ func (m *Model) round(s []float32) {
 	}
 }
 
-// Forward runs the model on x (B, In). With y (B, Out) it returns the mean
-// squared error and keeps what Backward needs; with nil y it returns 0
-// and the output is in Output.
-func (m *Model) Forward(x []float32, B int, y []float32) (float32, error) {
+// Forward runs the model on b.X (B, In). With b.Y (B, Out) it returns the
+// mean squared error and keeps what Backward needs; with nil b.Y it
+// returns 0 and the output is in Output. The MLP takes dense vectors
+// only: token fields in b are an error.
+func (m *Model) Forward(b model.Batch) (float32, error) {
 	m.ready = false
+	x, B, y := b.X, b.B, b.Y
 	in, out := m.cfg.Sizes[0], m.cfg.Sizes[len(m.cfg.Sizes)-1]
 	switch {
+	case b.Tokens != nil || b.Targets != nil || b.Positions != nil || b.LossDenom != 0:
+		return 0, errors.New("mlp: the MLP takes dense vectors (Batch.X, Batch.Y), not tokens")
 	case m.params == nil:
 		return 0, errors.New("mlp: Forward before Bind")
 	case m.pg == nil:

@@ -108,7 +108,7 @@ func TestParityMicroLossesStep1(t *testing.T) {
 	m := newTestModel(t, cfg, Options{}, params)
 	for _, ml := range modeltest.ReadResult(t, "testdata/plain_dsclip_result.json").Steps[0].MicroLosses {
 		xb, yb := microBatch(x, y, 0, ml.Micro, ml.Rank)
-		loss, err := m.Forward(xb, 4, yb)
+		loss, err := m.Forward(model.Batch{X: xb, B: 4, Y: yb})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -127,7 +127,7 @@ func TestParityEvalAfterTraining(t *testing.T) {
 	res := modeltest.ReadResult(t, "testdata/plain_dsclip_result.json")
 	m := newTestModel(t, cfg, Options{}, params)
 	xb, yb := microBatch(x, y, 0, 0, 0)
-	loss, err := m.Forward(xb, 4, yb)
+	loss, err := m.Forward(model.Batch{X: xb, B: 4, Y: yb})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -147,7 +147,7 @@ func TestBF16EmulationStep1(t *testing.T) {
 	for _, ml := range modeltest.ReadResult(t, "testdata/plain_dsclip_result.json").Steps[0].MicroLosses {
 		want := bf.Steps[0].MicroLosses[fmt.Sprintf("rank%d", ml.Rank)][ml.Micro]
 		xb, yb := microBatch(x, y, 0, ml.Micro, ml.Rank)
-		loss, err := m.Forward(xb, 4, yb)
+		loss, err := m.Forward(model.Batch{X: xb, B: 4, Y: yb})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -214,7 +214,7 @@ func TestGradientCheck(t *testing.T) {
 			y[i] = float32(rng.NormFloat64())
 		}
 		m := newTestModel(t, cfg, Options{}, params)
-		loss, err := m.Forward(x, B, y)
+		loss, err := m.Forward(model.Batch{X: x, B: B, Y: y})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -257,7 +257,7 @@ func TestHooks(t *testing.T) {
 	xb, yb := microBatch(x, y, 0, 0, 0)
 	r := &modeltest.Recorder{}
 	m := newTestModel(t, cfg, Options{Hooks: r}, params)
-	if _, err := m.Forward(xb, 4, yb); err != nil {
+	if _, err := m.Forward(model.Batch{X: xb, B: 4, Y: yb}); err != nil {
 		t.Fatal(err)
 	}
 	if err := m.Backward(1); err != nil {
@@ -269,7 +269,7 @@ func TestHooks(t *testing.T) {
 	}
 	r2 := &modeltest.Recorder{FailAt: "BB(1)"}
 	m2 := newTestModel(t, cfg, Options{Hooks: r2}, params)
-	if _, err := m2.Forward(xb, 4, yb); err != nil {
+	if _, err := m2.Forward(model.Batch{X: xb, B: 4, Y: yb}); err != nil {
 		t.Fatal(err)
 	}
 	if err := m2.Backward(1); !errors.Is(err, modeltest.ErrInjected) || !strings.Contains(err.Error(), `"fc2"`) {
@@ -284,7 +284,7 @@ func TestAccumulationScaleAndErrors(t *testing.T) {
 	run := func(scale float32, batches ...[2][]float32) []float32 {
 		m := newTestModel(t, cfg, Options{}, params)
 		for _, b := range batches {
-			if _, err := m.Forward(b[0], 4, b[1]); err != nil {
+			if _, err := m.Forward(model.Batch{X: b[0], B: 4, Y: b[1]}); err != nil {
 				t.Fatal(err)
 			}
 			if err := m.Backward(scale); err != nil {
@@ -317,14 +317,14 @@ func TestAccumulationScaleAndErrors(t *testing.T) {
 		{x0, y0[:5], 4, "targets have 5 values"},
 		{x0, y0, 0, "B=0"},
 	} {
-		if _, err := m.Forward(tc.x, tc.B, tc.y); err == nil || !strings.Contains(err.Error(), tc.want) {
+		if _, err := m.Forward(model.Batch{X: tc.x, B: tc.B, Y: tc.y}); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("Forward: %v, want %q", err, tc.want)
 		}
 	}
 	if err := m.Backward(1); err == nil {
 		t.Error("Backward without Forward succeeded")
 	}
-	if _, err := m.Forward(x0, 4, nil); err != nil || len(m.Output()) != 32 {
+	if _, err := m.Forward(model.Batch{X: x0, B: 4}); err != nil || len(m.Output()) != 32 {
 		t.Errorf("forward without targets: %v, %d outputs", err, len(m.Output()))
 	}
 	if err := m.Backward(1); err == nil {
@@ -354,7 +354,7 @@ func TestOverwriteGrads(t *testing.T) {
 		for micro := range 2 {
 			xb, yb := microBatch(x, y, 0, micro, 0)
 			for _, mm := range []*Model{ref, m} {
-				if _, err := mm.Forward(xb, 4, yb); err != nil {
+				if _, err := mm.Forward(model.Batch{X: xb, B: 4, Y: yb}); err != nil {
 					t.Fatal(err)
 				}
 				if err := mm.Backward(0.5); err != nil {
@@ -390,7 +390,7 @@ func TestWeightsRoundTripAndAccounting(t *testing.T) {
 	acct := mem.NewAccountant(0)
 	m := newTestModel(t, cfg, Options{Acct: acct}, params)
 	xb, yb := microBatch(x, y, 0, 0, 0)
-	if _, err := m.Forward(xb, 4, yb); err != nil {
+	if _, err := m.Forward(model.Batch{X: xb, B: 4, Y: yb}); err != nil {
 		t.Fatal(err)
 	}
 	if got, want := acct.Snapshot().LiveBytes(mem.Device, mem.Activations), int64(4*4*(16+2*(64+64+8)+8)); got != want {
@@ -408,7 +408,7 @@ func TestNoAllocationsAfterWarmup(t *testing.T) {
 	for _, round := range []func([]float32){nil, half.RoundBF16} {
 		m := newTestModel(t, cfg, Options{Round: round}, params)
 		step := func() {
-			if _, err := m.Forward(xb, 4, yb); err != nil {
+			if _, err := m.Forward(model.Batch{X: xb, B: 4, Y: yb}); err != nil {
 				t.Fatal(err)
 			}
 			if err := m.Backward(1); err != nil {
@@ -435,7 +435,7 @@ func TestParityGradientsStep1(t *testing.T) {
 	m := newTestModel(t, cfg, Options{}, params)
 	for micro := range 2 {
 		xb, yb := microBatch(x, y, 0, micro, 0)
-		if _, err := m.Forward(xb, 4, yb); err != nil {
+		if _, err := m.Forward(model.Batch{X: xb, B: 4, Y: yb}); err != nil {
 			t.Fatal(err)
 		}
 		if err := m.Backward(0.5); err != nil {
