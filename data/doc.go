@@ -91,6 +91,11 @@
 // average_tokens_across_devices — so every token of the step weighs the
 // same, whichever micro-batch and rank it fell in.
 //
+// A micro-batch is a pure function of (step, micro, rank) and the seed, so
+// resuming from a checkpoint at step s needs no saved data state: the loop
+// asks for step s again (Position(s) is the number of rows consumed, for
+// the record).
+//
 // The training loop calls, per rank:
 //
 //	d, err := data.LoadSFT(path, tok, data.SFTOptions{Seq: T, Packing: true})

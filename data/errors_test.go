@@ -46,6 +46,8 @@ func TestSFTErrors(t *testing.T) {
 			[]string{"j.jsonl", "record 1 (line 2)", "invalid JSON", "fix the JSON"}},
 		{"bad json array", "j.json", "[" + alpacaOK + ",\n{\"text\": }]", SFTOptions{}, "",
 			[]string{"j.json", "record 1", "line 2", "fix the JSON"}},
+		{"one object", "o.json", "{\n  \"version\": 1,\n  \"train\": [" + alpacaOK + "]\n}\n", SFTOptions{}, "",
+			[]string{"o.json", "one JSON object over several lines", `under "train"`}},
 		{"unclosed array", "c.json", "[" + alpacaOK, SFTOptions{}, "", []string{"c.json", "not closed"}},
 		{"not an object", "o.jsonl", `["a", "b"]`, SFTOptions{}, "", []string{"o.jsonl", "record 0 (line 1)", "not a JSON object"}},
 		{"unknown fields", "f.jsonl", `{"question": "q", "answer": "a"}`, SFTOptions{}, "",

@@ -194,6 +194,9 @@ func readJSON(path string, fn func(Record) error) error {
 		return fmt.Errorf("data %s: the file is empty; it should hold a JSON array of records", path)
 	}
 	if trimmed[0] == '{' {
+		if err := oneObjectFile(path, trimmed); err != nil {
+			return err
+		}
 		return readJSONLines(path, bytes.NewReader(raw), fn)
 	}
 	if trimmed[0] != '[' {
@@ -231,6 +234,39 @@ func readJSON(path string, fn func(Record) error) error {
 		return fmt.Errorf("data %s: the file holds an empty array, no records", path)
 	}
 	return nil
+}
+
+// oneObjectFile refuses a .json file that is a single object spread over
+// several lines (pretty-printed): neither an array of records nor JSON
+// Lines. Such files usually keep their records under a key, which the
+// message names.
+func oneObjectFile(path string, trimmed []byte) error {
+	body := bytes.TrimRight(trimmed, " \t\r\n")
+	if !bytes.Contains(body, []byte{'\n'}) || !json.Valid(body) {
+		return nil
+	}
+	var obj map[string]json.RawMessage
+	if json.Unmarshal(body, &obj) != nil {
+		return nil
+	}
+	hint := ""
+	for _, k := range sortedKeys(obj) {
+		if v := bytes.TrimSpace(obj[k]); len(v) > 0 && v[0] == '[' {
+			hint = fmt.Sprintf(" (its records seem to be under %q: save that array alone)", k)
+			break
+		}
+	}
+	return fmt.Errorf("data %s: the file is one JSON object over several lines, not records; a .json data file holds "+
+		"an array of records ([{...}, ...]) or one record per line%s", path, hint)
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
 }
 
 // readJSONL reads a JSON Lines file: one record per line; blank lines are

@@ -73,7 +73,10 @@ type SFTData struct {
 	Seq     int
 	Packing bool
 	Pad     int32 // the id padding takes: PAD, else EOS, else 0
-	Stats   SFTStats
+	// MaxID is the largest token id in the samples (and Pad): the model's
+	// vocabulary must be larger.
+	MaxID int32
+	Stats SFTStats
 
 	// Samples, flattened: sample i is ids[start[i]:start[i+1]].
 	ids, labels []int32
@@ -159,6 +162,9 @@ func LoadSFT(path string, tok Tokenizer, opt SFTOptions) (*SFTData, error) {
 			}
 			st.PromptMismatch++
 		}
+		for _, id := range s.ids {
+			d.MaxID = max(d.MaxID, id)
+		}
 		d.ids = append(d.ids, s.ids...)
 		d.labels = append(d.labels, s.labels...)
 		d.start = append(d.start, len(d.ids))
@@ -170,6 +176,7 @@ func LoadSFT(path string, tok Tokenizer, opt SFTOptions) (*SFTData, error) {
 		return nil, fmt.Errorf("data %s: every sample was dropped after truncation to %d tokens (its prompt alone fills the row); raise --seq",
 			path, opt.Seq)
 	}
+	d.MaxID = max(d.MaxID, d.Pad)
 	d.buildRows()
 	st.Rows = len(d.rowStart) - 1
 	d.Stats = st

@@ -140,6 +140,9 @@ func TestFillRowUnpacked(t *testing.T) {
 	if diff := cmp.Diff(wantTgt, targets); diff != "" {
 		t.Errorf("targets (-want +got):\n%s", diff)
 	}
+	if d.MaxID != 151668 { // </think>, the largest id of the two conversations
+		t.Errorf("MaxID %d, want 151668", d.MaxID)
+	}
 	if got := d.RowTargets(0); got != 7 {
 		t.Errorf("row 0 has %d targets, want 7", got)
 	}
