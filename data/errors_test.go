@@ -68,6 +68,8 @@ func TestSFTErrors(t *testing.T) {
 			[]string{"p.jsonl", `"prompt" is a list and "completion" is a string`}},
 		{"no chat template", "t.jsonl", `{"messages": [{"role": "user", "content": "q"}, {"role": "assistant", "content": "a"}]}`, SFTOptions{}, "gpt2style",
 			[]string{"t.jsonl", "record 0 (line 1)", "has none", "give a chat template"}},
+		{"tools", "tools.jsonl", `{"messages": [{"role": "user", "content": "q"}, {"role": "assistant", "content": "a"}], "tools": [{"type": "function"}]}`,
+			SFTOptions{}, "", []string{"tools.jsonl", "record 0 (line 1)", `"tools" is set`}},
 		{"history shape", "h.json", `[{"instruction": "q", "output": "a", "history": [["only one"]]}]`, SFTOptions{}, "",
 			[]string{"h.json", `field "history" entry 0 is not a [prompt, response] pair`}},
 		{"all empty text", "et.jsonl", `{"text": ""}`, SFTOptions{}, "", []string{"et.jsonl", "no records to train on", "1 with empty text"}},
@@ -178,5 +180,18 @@ func TestTruncation(t *testing.T) {
 	}
 	if !strings.Contains(d.Stats.Describe(16), "1 truncated (1 of them dropped") {
 		t.Errorf("Describe: %s", d.Stats.Describe(16))
+	}
+}
+
+// Empty tool lists and a byte-order mark are fine.
+func TestSFTAccepts(t *testing.T) {
+	dir := t.TempDir()
+	path := writeFile(t, dir, "bom.json", "\ufeff[\n"+`{"messages": [{"role": "user", "content": "q"}, {"role": "assistant", "content": "a"}], "tools": "[]"}`+"]")
+	d, err := LoadSFT(path, loadTok(t, "qwen3"), SFTOptions{Seq: 64})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d.Stats.Records != 1 || d.Stats.Format != FormatMessages {
+		t.Errorf("stats %+v", d.Stats)
 	}
 }

@@ -152,6 +152,13 @@ func typeName(v any) string {
 // toExample converts a record of the given format.
 func toExample(rec Record, f Format) (Example, error) {
 	ex := Example{Loc: rec.Loc}
+	if f != FormatText && hasTools(rec.Fields["tools"]) {
+		// trl hands "tools" to the chat template, which writes the tool
+		// schemas into the prompt; training without them would change
+		// what the model is taught to answer.
+		return ex, fmt.Errorf("%s: field \"tools\" is set, and tool definitions are not passed to chat templates yet; "+
+			"drop the field or render the tools into the system message", rec.Loc)
+	}
 	switch f {
 	case FormatText:
 		s, err := str(rec, "text", true, "plain-text records are {\"text\": \"...\"}")
@@ -186,6 +193,22 @@ func toExample(rec Record, f Format) (Example, error) {
 		return ex, fmt.Errorf("%s: unknown format %q", rec.Loc, f)
 	}
 	return ex, nil
+}
+
+// hasTools reports whether a "tools" field holds any tool.
+func hasTools(v any) bool {
+	switch t := v.(type) {
+	case nil:
+		return false
+	case string:
+		s := strings.TrimSpace(t)
+		return s != "" && s != "[]" && s != "null"
+	case []any:
+		return len(t) > 0
+	case map[string]any:
+		return len(t) > 0
+	}
+	return true
 }
 
 const alpacaHint = "alpaca records are {\"instruction\": ..., \"input\": ..., \"output\": ...}"

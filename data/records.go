@@ -189,7 +189,8 @@ func readJSON(path string, fn func(Record) error) error {
 	if err != nil {
 		return fmt.Errorf("data %s: %w", path, err)
 	}
-	trimmed := bytes.TrimLeft(raw, " \t\r\n\ufeff")
+	raw = bytes.TrimPrefix(raw, []byte("\ufeff")) // a byte-order mark, on line 1
+	trimmed := bytes.TrimLeft(raw, " \t\r\n")
 	if len(trimmed) == 0 {
 		return fmt.Errorf("data %s: the file is empty; it should hold a JSON array of records", path)
 	}
