@@ -38,7 +38,7 @@ const AlpacaTemplate = "{% if messages[0].role == 'system' %}{{ messages[0].cont
 	"{% for m in turns %}{% if m.role == 'user' %}### Instruction:\n{{ m.content }}\n\n### Response:\n" +
 	"{% elif m.role == 'assistant' %}{{ m.content }}{{ eos_token }}{{ '\\n\\n' }}{% endif %}{% endfor %}"
 
-// encoder tokenizes Examples into samples.
+// encoder tokenizes examples into samples.
 type encoder struct {
 	tok           Tokenizer
 	tmpl          *chat.Template // the tokenizer's chat template, or the one given; nil if none
@@ -68,7 +68,7 @@ func (s *sample) targets() int {
 	return n
 }
 
-func (e *encoder) encode(ex *Example) (sample, error) {
+func (e *encoder) encode(ex *example) (sample, error) {
 	switch ex.kind {
 	case kindText:
 		ids := e.withEOS(e.tok.Encode(ex.Text, true))
@@ -124,7 +124,7 @@ func (e *encoder) encode(ex *Example) (sample, error) {
 }
 
 // template picks the chat template for a conversation.
-func (e *encoder) template(ex *Example) (*chat.Template, error) {
+func (e *encoder) template(ex *example) (*chat.Template, error) {
 	if e.tmpl != nil {
 		return e.tmpl, nil
 	}

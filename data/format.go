@@ -79,7 +79,7 @@ func detectFormat(rec Record) (Format, error) {
 		"rename the fields or give the format", rec.Loc, strings.Join(keys, ", "))
 }
 
-// exampleKind is how an Example is tokenized.
+// exampleKind is how an example is tokenized.
 type exampleKind uint8
 
 const (
@@ -89,8 +89,8 @@ const (
 	kindPromptChat                    // Messages[:PromptLen] is the prompt, the rest the completion
 )
 
-// Example is one record in a form the tokenizer can take.
-type Example struct {
+// example is one record in a form the tokenizer can take.
+type example struct {
 	Loc       Location
 	kind      exampleKind
 	Text      string         // kindText
@@ -150,8 +150,8 @@ func typeName(v any) string {
 }
 
 // toExample converts a record of the given format.
-func toExample(rec Record, f Format) (Example, error) {
-	ex := Example{Loc: rec.Loc}
+func toExample(rec Record, f Format) (example, error) {
+	ex := example{Loc: rec.Loc}
 	if f != FormatText && hasTools(rec.Fields["tools"]) {
 		// trl hands "tools" to the chat template, which writes the tool
 		// schemas into the prompt; training without them would change
@@ -382,8 +382,8 @@ func checkShareGPTTurns(rec Record, field string, msgs []chat.Message) error {
 
 // promptCompletion reads trl's prompt-completion record: two strings, or two
 // message lists (the conversational form).
-func promptCompletion(rec Record) (Example, error) {
-	ex := Example{Loc: rec.Loc}
+func promptCompletion(rec Record) (example, error) {
+	ex := example{Loc: rec.Loc}
 	const hint = "prompt-completion records are {\"prompt\": \"...\", \"completion\": \"...\"} or both lists of messages"
 	p, c := rec.Fields["prompt"], rec.Fields["completion"]
 	_, pList := p.([]any)

@@ -104,7 +104,7 @@ func LoadSFT(path string, tok Tokenizer, opt SFTOptions) (*SFTData, error) {
 		return nil, err
 	}
 	st := SFTStats{Files: files, Format: opt.Format}
-	var examples []Example
+	var examples []example
 	err = ReadRecords(files, func(rec Record) error {
 		st.Records++
 		if st.Format == FormatAuto {
@@ -183,7 +183,7 @@ func LoadSFT(path string, tok Tokenizer, opt SFTOptions) (*SFTData, error) {
 	return d, nil
 }
 
-func noTargetReason(ex *Example) string {
+func noTargetReason(ex *example) string {
 	switch ex.kind {
 	case kindChat:
 		return "the conversation has no assistant message"
@@ -231,7 +231,7 @@ func padID(tok Tokenizer) int32 {
 
 // encodeAll tokenizes the examples on a bounded pool of workers. The error
 // returned is the one of the first bad example in record order.
-func encodeAll(enc *encoder, examples []Example, workers int) ([]sample, error) {
+func encodeAll(enc *encoder, examples []example, workers int) ([]sample, error) {
 	if workers <= 0 {
 		workers = runtime.GOMAXPROCS(0)
 	}
