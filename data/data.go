@@ -1,16 +1,3 @@
-// Package data turns text or pre-tokenized files into the micro-batches
-// that each rank trains on.
-//
-// A corpus is one stream of token ids. Text is tokenized byte by byte
-// (vocabulary 256); a .bin file holds little-endian uint16 ids as nanoGPT's
-// prepare scripts write them. The stream is cut into windows of T+1 tokens
-// (inputs and the targets shifted by one), taken in order and wrapping
-// around at the end.
-//
-// Global batches are laid out the way DeepSpeed's data-parallel ranks see
-// them: optimizer step s has GAS × world micro-batches of B samples; rank r
-// reads micro-batch mb = micro × world + r at each micro-step. So the global
-// batch, and the result, do not depend on how it is split across ranks.
 package data
 
 import (
