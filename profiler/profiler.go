@@ -163,7 +163,8 @@ func (p *Profiler) Stop() error {
 }
 
 // Report is the last profiled forward's report, labelled step, with the
-// engine's header and timers when e is not nil.
+// engine's header and timers when e is not nil (its RecomputeFwdFactor
+// is taken from the options).
 func (p *Profiler) Report(step int, e *Engine) (Report, error) {
 	if !p.done {
 		return Report{}, errors.New("profiler: no profiled forward to report (Start and Stop it first)")
