@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"math"
+	"os"
 	"path/filepath"
 	"reflect"
 	"strings"
@@ -431,3 +432,27 @@ func TestABIRawCalls(t *testing.T) {
 }
 
 func slices64Equal(a, b []uint64) bool { return cmp.Equal(a, b) }
+
+// TestABIMissingNVRTC: a driver but no NVRTC anywhere is a NoCUDAError
+// for NVRTC that lists the driver's folder (searched for it too) and says
+// how to install it.
+func TestABIMissingNVRTC(t *testing.T) {
+	stubs := buildStubs(t, stubOptions{})
+	dir := t.TempDir()
+	data, err := os.ReadFile(filepath.Join(stubs, "libcuda.so.1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "libcuda.so.1"), data, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	_, err = load(isolatedEnv(dir), isolatedLibs())
+	var nc *NoCUDAError
+	if !errors.As(err, &nc) || nc.Lib != LibNVRTC {
+		t.Fatalf("load = %v, want a NoCUDAError for NVRTC", err)
+	}
+	if !strings.Contains(err.Error(), filepath.Join(dir, "libnvrtc.so.*")+" (--cuda-lib-dir): not found") ||
+		!strings.Contains(err.Error(), "pip install nvidia-cuda-nvrtc-cu12") {
+		t.Errorf("error:\n%v", err)
+	}
+}
