@@ -78,16 +78,16 @@ extern "C" __global__ void swiglu_bwd_f16(unsigned short* dgate, unsigned short*
 template <typename D>
 __device__ void rope(typename D::T* out, const typename D::T* inp, const float* cosT, const float* sinT, int BT, int T,
                      int H, int Dh, int interleaved, int inverse) {
-    int half = Dh / 2;
-    long long pairs = (long long)BT * H * half;
+    int hd = Dh / 2;
+    long long pairs = (long long)BT * H * hd;
     GRID_LOOP(p, pairs) {
-        int j = (int)(p % half);
-        long long head = p / half; // (row, h)
+        int j = (int)(p % hd);
+        long long head = p / hd; // (row, h)
         int t = (int)((head / H) % T);
         long long base = head * Dh;
         long long i1 = base + (interleaved ? 2 * j : j);
-        long long i2 = base + (interleaved ? 2 * j + 1 : j + half);
-        float c = cosT[(long long)t * half + j], s = sinT[(long long)t * half + j];
+        long long i2 = base + (interleaved ? 2 * j + 1 : j + hd);
+        float c = cosT[(long long)t * hd + j], s = sinT[(long long)t * hd + j];
         if (inverse) s = -s;
         float x1 = D::ld(inp[i1]), x2 = D::ld(inp[i2]);
         out[i1] = D::st(x1 * c - x2 * s);
