@@ -64,15 +64,32 @@ func extent(rows, cols, ld, batch int, stride int64) int64 {
 type gemmPlan struct {
 	desc      driver.LtDesc
 	a, b, c   driver.LtLayout
+	pref      driver.LtPref
 	algo      driver.LtAlgo
 	workspace uint64
+}
+
+// planKey is a shape and the alignment of its three matrices: cuBLASLt's
+// fastest kernels assume 16-byte or wider alignment, so a view at an odd
+// offset needs an algorithm chosen for it.
+type planKey struct {
+	Gemm
+	alignA, alignB, alignC uint32
+}
+
+// alignment is the largest power of two, up to 256, dividing p.
+func alignment(p driver.DevicePtr) uint32 {
+	a := uint32(256)
+	for a > 1 && uint64(p)%uint64(a) != 0 {
+		a /= 2
+	}
+	return a
 }
 
 // blasState is the device's cuBLASLt handle and plan cache (worker-owned).
 type blasState struct {
 	h     driver.LtHandle
-	pref  driver.LtPref
-	plans map[Gemm]*gemmPlan
+	plans map[planKey]*gemmPlan
 }
 
 // gemmWorkspace is each stream's cuBLASLt workspace (NVIDIA's
@@ -95,20 +112,11 @@ func (q *Issuer) blas() (*blasState, error) {
 	if q.blasSt != nil {
 		return q.blasSt, nil
 	}
-	lt := q.d.libs.BlasLt
-	h, err := lt.Create()
+	h, err := q.d.libs.BlasLt.Create()
 	if err != nil {
 		return nil, fmt.Errorf("cuda: cublasLtCreate: %w", err)
 	}
-	p, err := lt.MatmulPreferenceCreate()
-	if err == nil {
-		err = lt.MatmulPreferenceSetAttribute(p, driver.LtPrefMaxWorkspaceBytes, driver.Uint64Attr(gemmWorkspace))
-	}
-	if err != nil {
-		lt.Destroy(h)
-		return nil, fmt.Errorf("cuda: cuBLASLt preference: %w", err)
-	}
-	q.blasSt = &blasState{h: h, pref: p, plans: map[Gemm]*gemmPlan{}}
+	q.blasSt = &blasState{h: h, plans: map[planKey]*gemmPlan{}}
 	return q.blasSt, nil
 }
 
@@ -117,14 +125,18 @@ func (q *Issuer) blas() (*blasState, error) {
 // (A·B)ᵀ = Bᵀ·Aᵀ, so C (M×N, row-major) is computed as the column-major
 // N×M product op(B)ᵀ-as-stored times op(A)ᵀ-as-stored: cuBLASLt's "A" is
 // our B with our TransB, its "B" is our A with our TransA, and m, n swap.
-func (q *Issuer) plan(st *blasState, g Gemm) (*gemmPlan, error) {
-	if p, ok := st.plans[g]; ok {
+func (q *Issuer) plan(st *blasState, key planKey) (*gemmPlan, error) {
+	if p, ok := st.plans[key]; ok {
 		return p, nil
 	}
+	g := key.Gemm
 	lt := q.d.libs.BlasLt
 	p := &gemmPlan{}
 	var err error
 	if p.desc, err = lt.MatmulDescCreate(driver.Compute32F, driver.R32F); err != nil {
+		return nil, err
+	}
+	if p.pref, err = lt.MatmulPreferenceCreate(); err != nil {
 		return nil, err
 	}
 	op := func(t bool) int32 {
@@ -159,10 +171,17 @@ func (q *Issuer) plan(st *blasState, g Gemm) (*gemmPlan, error) {
 	p.a = layout(g.BType, ar, ac, g.LDB, g.StrideB)
 	p.b = layout(g.AType, br, bc, g.LDA, g.StrideA)
 	p.c = layout(g.CType, uint64(g.N), uint64(g.M), g.LDC, g.StrideC)
+	// cuBLASLt's A is our B, its B our A; C and D are our C.
+	errs = append(errs,
+		lt.MatmulPreferenceSetAttribute(p.pref, driver.LtPrefMaxWorkspaceBytes, driver.Uint64Attr(gemmWorkspace)),
+		lt.MatmulPreferenceSetAttribute(p.pref, driver.LtPrefMinAlignmentA, driver.Uint32Attr(key.alignB)),
+		lt.MatmulPreferenceSetAttribute(p.pref, driver.LtPrefMinAlignmentB, driver.Uint32Attr(key.alignA)),
+		lt.MatmulPreferenceSetAttribute(p.pref, driver.LtPrefMinAlignmentC, driver.Uint32Attr(key.alignC)),
+		lt.MatmulPreferenceSetAttribute(p.pref, driver.LtPrefMinAlignmentD, driver.Uint32Attr(key.alignC)))
 	if err := errors.Join(errs...); err != nil {
 		return nil, err
 	}
-	res, err := lt.MatmulAlgoGetHeuristic(st.h, p.desc, p.a, p.b, p.c, p.c, st.pref, 1)
+	res, err := lt.MatmulAlgoGetHeuristic(st.h, p.desc, p.a, p.b, p.c, p.c, p.pref, 1)
 	if err != nil {
 		return nil, err
 	}
@@ -170,7 +189,7 @@ func (q *Issuer) plan(st *blasState, g Gemm) (*gemmPlan, error) {
 		return nil, fmt.Errorf("cuBLASLt has no algorithm for %+v", g)
 	}
 	p.algo, p.workspace = res[0].Algo, res[0].WorkspaceSize
-	st.plans[g] = p
+	st.plans[key] = p
 	return p, nil
 }
 
@@ -196,7 +215,7 @@ func (q *Issuer) Gemm(s *Stream, g Gemm, alpha float32, A, B Mem, beta float32, 
 	if err != nil {
 		return err
 	}
-	p, err := q.plan(st, g)
+	p, err := q.plan(st, planKey{g, alignment(A.ptr), alignment(B.ptr), alignment(C.ptr)})
 	if err != nil {
 		return fmt.Errorf("cuda: planning %+v: %w", g, err)
 	}
@@ -226,9 +245,10 @@ func (q *Issuer) dropBlas() error {
 	lt := q.d.libs.BlasLt
 	var errs []error
 	for _, p := range st.plans {
-		errs = append(errs, lt.MatmulDescDestroy(p.desc), lt.MatrixLayoutDestroy(p.a), lt.MatrixLayoutDestroy(p.b), lt.MatrixLayoutDestroy(p.c))
+		errs = append(errs, lt.MatmulDescDestroy(p.desc), lt.MatrixLayoutDestroy(p.a), lt.MatrixLayoutDestroy(p.b),
+			lt.MatrixLayoutDestroy(p.c), lt.MatmulPreferenceDestroy(p.pref))
 	}
-	errs = append(errs, lt.MatmulPreferenceDestroy(st.pref), lt.Destroy(st.h))
+	errs = append(errs, lt.Destroy(st.h))
 	q.blasSt = nil
 	return errors.Join(errs...)
 }

@@ -101,12 +101,15 @@ type BlasLt interface {
 		algo *LtAlgo, workspace DevicePtr, workspaceSize uint64, s Stream) error
 }
 
-// Attribute encoders: the value bytes of an int32, int64 or uint64 attribute.
+// Attribute encoders: the value bytes of an int32, uint32, int64 or
+// uint64 attribute.
 func Int32Attr(v int32) []byte {
 	return []byte{byte(v), byte(v >> 8), byte(v >> 16), byte(v >> 24)}
 }
 
 func Int64Attr(v int64) []byte { return Uint64Attr(uint64(v)) }
+
+func Uint32Attr(v uint32) []byte { return Int32Attr(int32(v)) }
 
 func Uint64Attr(v uint64) []byte {
 	b := make([]byte, 8)

@@ -129,6 +129,12 @@ const (
 	LtLayoutStridedOffset LtLayoutAttr = 6 // int64, elements between batch members
 
 	LtPrefMaxWorkspaceBytes LtPrefAttr = 1 // uint64
+	// The alignment the chosen algorithm may assume of each matrix's
+	// address (uint32 bytes); without them the heuristic assumes 256.
+	LtPrefMinAlignmentA LtPrefAttr = 5
+	LtPrefMinAlignmentB LtPrefAttr = 6
+	LtPrefMinAlignmentC LtPrefAttr = 7
+	LtPrefMinAlignmentD LtPrefAttr = 8
 )
 
 // Op is a cublasOperation_t.

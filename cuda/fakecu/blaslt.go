@@ -43,7 +43,10 @@ type ltLayout struct {
 	stride     int64
 }
 
-type ltPref struct{ maxWorkspace uint64 }
+type ltPref struct {
+	maxWorkspace uint64
+	align        [4]uint32 // minimum alignment of A, B, C, D the algorithm may assume
+}
 
 // NewBlasLt returns a fake cuBLASLt over d's memory and streams.
 func NewBlasLt(d *Driver) *BlasLt {
@@ -202,14 +205,29 @@ func (l *BlasLt) MatmulPreferenceDestroy(h driver.LtPref) error {
 }
 
 func (l *BlasLt) MatmulPreferenceSetAttribute(h driver.LtPref, a driver.LtPrefAttr, v []byte) error {
+	const fn = "cublasLtMatmulPreferenceSetAttribute"
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	p := l.prefs[h]
-	x, ok := attrInt(v, 8)
-	if p == nil || a != driver.LtPrefMaxWorkspaceBytes || !ok {
-		return ltError("cublasLtMatmulPreferenceSetAttribute", 7, "unsupported preference")
+	if p == nil {
+		return ltError(fn, 7, "unknown preference")
 	}
-	p.maxWorkspace = uint64(x)
+	switch a {
+	case driver.LtPrefMaxWorkspaceBytes:
+		x, ok := attrInt(v, 8)
+		if !ok {
+			return ltError(fn, 7, "workspace size")
+		}
+		p.maxWorkspace = uint64(x)
+	case driver.LtPrefMinAlignmentA, driver.LtPrefMinAlignmentB, driver.LtPrefMinAlignmentC, driver.LtPrefMinAlignmentD:
+		x, ok := attrInt(v, 4)
+		if !ok {
+			return ltError(fn, 7, "alignment")
+		}
+		p.align[a-driver.LtPrefMinAlignmentA] = uint32(x)
+	default:
+		return ltError(fn, 7, "unsupported preference")
+	}
 	return nil
 }
 
@@ -255,6 +273,14 @@ func (l *BlasLt) MatmulAlgoGetHeuristic(h driver.LtHandle, d driver.LtDesc, a, b
 	l.heuristics++
 	r := driver.LtHeuristic{WorkspaceSize: min(1<<20, l.prefs[p].maxWorkspace), WavesCount: 1}
 	r.Algo.Data[0] = 0xFA4E
+	// The algorithm remembers the alignment it was chosen for; Matmul
+	// rejects pointers less aligned, as cuBLASLt does.
+	for i, al := range l.prefs[p].align {
+		if al == 0 {
+			al = 256
+		}
+		r.Algo.Data[1+i] = uint64(al)
+	}
 	return []driver.LtHeuristic{r}, nil
 }
 
@@ -294,6 +320,13 @@ func (l *BlasLt) Matmul(h driver.LtHandle, dh driver.LtDesc, alpha *float32, a d
 	desc, la, lb, lc, m, n, k, err := l.check(fn, h, dh, ad, bd, cd, dd)
 	if err == nil && (alpha == nil || beta == nil || algo == nil || algo.Data[0] != 0xFA4E) {
 		err = ltError(fn, 7, "alpha, beta or an algorithm not from the heuristic")
+	}
+	if err == nil {
+		for i, p := range []driver.DevicePtr{a, b, c, dst} {
+			if al := algo.Data[1+i]; al > 0 && uint64(p)%al != 0 {
+				err = ltError(fn, 15, fmt.Sprintf("matrix %c at %#x is not %d-byte aligned as the algorithm assumes", "ABCD"[i], uintptr(p), al))
+			}
+		}
 	}
 	if err != nil {
 		l.mu.Unlock()
