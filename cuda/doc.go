@@ -63,8 +63,9 @@
 //
 // Issuer.Gemm is a row-major, optionally strided-batched product through
 // cuBLASLt, always with CUBLAS_COMPUTE_32F (fp32 accumulation, no TF32).
-// The algorithm is chosen once per shape and reused, so a step's results
-// do not change from one step to the next.
+// The algorithm is chosen once per shape (and per alignment of the three
+// addresses, so a view at any offset gets an algorithm that accepts it) and
+// reused, so a step's results do not change from one step to the next.
 //
 // # Errors
 //
