@@ -42,7 +42,7 @@ func (c *compiler) readBatch(top *block) {
 		}
 		bad = true
 		if f.v.Kind == lenient.String {
-			f.errorf("write the number without quotes", "%s is the string %q: DeepSpeed does arithmetic with it and fails with a TypeError", k, f.v.Str)
+			f.errorf("write the number without quotes", "%s is the string %s: DeepSpeed does arithmetic with it and fails with a TypeError", k, quoteStr(f.v.Str))
 		} else {
 			f.errorf("write a whole number", "%s must be a whole number, got %s", k, describe(f.v))
 		}

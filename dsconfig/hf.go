@@ -157,11 +157,11 @@ func hfMismatchFix(flag string, v *lenient.Value) string {
 	fix := `set it to "auto" (the easiest)`
 	switch {
 	case flag == "adam_beta1+adam_beta2" && v.Kind == lenient.Array && len(v.Elems) == 2:
-		fix += fmt.Sprintf(", or pass --adam_beta1 %s --adam_beta2 %s", v.Elems[0].Num, v.Elems[1].Num)
+		fix += fmt.Sprintf(", or pass --adam_beta1 %s --adam_beta2 %s", clip(v.Elems[0].Num), clip(v.Elems[1].Num))
 	case strings.HasPrefix(flag, "fp16") || strings.HasPrefix(flag, "bf16"):
 		fix += ", or pass --" + strings.SplitN(flag, "|", 2)[0] + " to match"
 	case !strings.ContainsAny(flag, " |+") && v.Kind == lenient.Number:
-		fix += fmt.Sprintf(", or pass --%s %s", flag, v.Num)
+		fix += fmt.Sprintf(", or pass --%s %s", flag, clip(v.Num))
 	}
 	return fix
 }

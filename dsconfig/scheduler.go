@@ -146,7 +146,7 @@ func (c *compiler) warmupSteps(pb *block) int64 {
 	f := pb.get("warmup_num_steps")
 	if f.v != nil && f.v.Kind == lenient.Number && !isIntLiteral(f.v.Num) {
 		f.errorf("write it as a whole number without a decimal point or exponent",
-			"warmup_num_steps must be a positive integer, got %s (DeepSpeed checks isinstance(x, int))", f.v.Num)
+			"warmup_num_steps must be a positive integer, got %s (DeepSpeed checks isinstance(x, int))", clip(f.v.Num))
 		f.record(int64(1000))
 		return 1000
 	}
