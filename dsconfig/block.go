@@ -90,15 +90,25 @@ func (b *block) finish() {
 	if b.v == nil || b.v.Kind != lenient.Object {
 		return
 	}
+	var known []string        // b.known without repeats, made at the first unknown key
+	var listed *lenient.Value // the unknown key whose fix lists the valid keys
 	for _, m := range b.v.Members {
 		if b.used[m.Key] {
 			continue
 		}
+		if known == nil {
+			known = uniq(b.known)
+		}
 		p := joinPath(b.path, m.Key)
-		fix := didYouMean(m.Key, b.known, b.unknownFix)
+		fix := didYouMean(m.Key, known, b.unknownFix)
 		if b.kind == pydanticBlock {
-			if fix == "" {
-				fix = "remove it; valid keys are " + strings.Join(uniq(b.known), ", ")
+			switch {
+			case fix != "":
+			case listed == nil:
+				fix = "remove it; valid keys are " + strings.Join(known, ", ")
+				listed = m.Value
+			default:
+				fix = fmt.Sprintf("remove it; the valid keys are listed at line %d", listed.Pos.Line)
 			}
 			b.c.s.errorf(m.Value, p, fix, "unknown key %s: DeepSpeed rejects it (%s forbids extra keys)", quote(m.Key), blockLabel(b.path))
 		} else {
