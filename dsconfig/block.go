@@ -90,15 +90,25 @@ func (b *block) finish() {
 	if b.v == nil || b.v.Kind != lenient.Object {
 		return
 	}
+	var known []string        // b.known without repeats, made at the first unknown key
+	var listed *lenient.Value // the unknown key whose fix lists the valid keys
 	for _, m := range b.v.Members {
 		if b.used[m.Key] {
 			continue
 		}
+		if known == nil {
+			known = uniq(b.known)
+		}
 		p := joinPath(b.path, m.Key)
-		fix := didYouMean(m.Key, b.known, b.unknownFix)
+		fix := didYouMean(m.Key, known, b.unknownFix)
 		if b.kind == pydanticBlock {
-			if fix == "" {
-				fix = "remove it; valid keys are " + strings.Join(uniq(b.known), ", ")
+			switch {
+			case fix != "":
+			case listed == nil:
+				fix = "remove it; valid keys are " + strings.Join(known, ", ")
+				listed = m.Value
+			default:
+				fix = fmt.Sprintf("remove it; the valid keys are listed at line %d", listed.Pos.Line)
 			}
 			b.c.s.errorf(m.Value, p, fix, "unknown key %s: DeepSpeed rejects it (%s forbids extra keys)", quote(m.Key), blockLabel(b.path))
 		} else {
@@ -196,9 +206,9 @@ func (f *field) errorf(fix, format string, args ...any) {
 func describe(v *lenient.Value) string {
 	switch v.Kind {
 	case lenient.String:
-		return strconv.Quote(v.Str)
+		return quoteStr(v.Str)
 	case lenient.Number:
-		return v.Num
+		return clip(v.Num)
 	case lenient.Bool:
 		return strconv.FormatBool(v.Bool)
 	case lenient.Null:
@@ -230,10 +240,10 @@ func (f *field) Int(def int64, minimum int64) int64 {
 		i, ok := v.Int64()
 		if !ok {
 			if fv, isNum := v.Float64(); isNum && fv == math.Trunc(fv) {
-				f.errorf("use a value within ±9.2e18", "%s is out of the int64 range", v.Num)
+				f.errorf("use a value within ±9.2e18", "%s is out of the int64 range", clip(v.Num))
 			} else {
 				f.errorf(fmt.Sprintf("write a whole number, e.g. %d", int64(math.Round(mustFloat(v)))),
-					"must be an integer, got %s (DeepSpeed rejects a fraction for an int field)", v.Num)
+					"must be an integer, got %s (DeepSpeed rejects a fraction for an int field)", clip(v.Num))
 			}
 			f.record(def)
 			return def
@@ -242,18 +252,18 @@ func (f *field) Int(def int64, minimum int64) int64 {
 	case v.Kind == lenient.String && f.b.kind == pydanticBlock:
 		i, err := strconv.ParseInt(strings.TrimSpace(v.Str), 10, 64)
 		if err != nil {
-			f.errorf("write a number without quotes", "must be an integer, got the string %s", strconv.Quote(v.Str))
+			f.errorf("write a number without quotes", "must be an integer, got the string %s", quoteStr(v.Str))
 			f.record(def)
 			return def
 		}
-		f.b.c.s.warnf(v, f.dp(), "write it without quotes", "the string %s is converted to the integer %d", strconv.Quote(v.Str), i)
+		f.b.c.s.warnf(v, f.dp(), "write it without quotes", "the string %s is converted to the integer %d", quoteStr(v.Str), i)
 		n = i
 	case v.Kind == lenient.Bool && f.b.kind == pydanticBlock:
 		f.b.c.s.warnf(v, f.dp(), "write a number", "the boolean %v is converted to the integer %d", v.Bool, b2i(v.Bool))
 		n = b2i(v.Bool)
 	default:
 		if v.Kind == lenient.String {
-			f.errorf("write a number without quotes", "must be an integer, got the string %s (DeepSpeed does arithmetic with it and fails)", strconv.Quote(v.Str))
+			f.errorf("write a number without quotes", "must be an integer, got the string %s (DeepSpeed does arithmetic with it and fails)", quoteStr(v.Str))
 		} else {
 			f.errorf("write a single whole number", "must be an integer, got %s", describe(v))
 		}
@@ -296,7 +306,7 @@ func (f *field) Float(def float64) float64 {
 	case v.Kind == lenient.Number:
 		x, ok := v.Float64()
 		if !ok || math.IsInf(x, 0) || math.IsNaN(x) {
-			f.errorf("use a finite number", "must be a finite number, got %s", v.Num)
+			f.errorf("use a finite number", "must be a finite number, got %s", clip(v.Num))
 			f.record(def)
 			return def
 		}
@@ -305,13 +315,13 @@ func (f *field) Float(def float64) float64 {
 	case v.Kind == lenient.String && f.b.kind == pydanticBlock:
 		x, err := strconv.ParseFloat(strings.TrimSpace(v.Str), 64)
 		if err == nil && !math.IsInf(x, 0) && !math.IsNaN(x) {
-			f.b.c.s.warnf(v, f.dp(), "write it without quotes", "the string %s is converted to the number %g", strconv.Quote(v.Str), x)
+			f.b.c.s.warnf(v, f.dp(), "write it without quotes", "the string %s is converted to the number %g", quoteStr(v.Str), x)
 			f.record(x)
 			return x
 		}
 	}
 	if v.Kind == lenient.String {
-		f.errorf("write a number without quotes", "must be a number, got the string %s", strconv.Quote(v.Str))
+		f.errorf("write a number without quotes", "must be a number, got the string %s", quoteStr(v.Str))
 	} else {
 		f.errorf("write a single number", "must be a number, got %s", describe(v))
 	}
@@ -341,15 +351,15 @@ func (f *field) Bool(def bool) bool {
 		x, _ := v.Float64()
 		if f.b.kind == pydanticBlock {
 			if x == 0 || x == 1 {
-				f.b.c.s.warnf(v, f.dp(), fmt.Sprintf("write %v", x == 1), "the number %s is converted to %v", v.Num, x == 1)
+				f.b.c.s.warnf(v, f.dp(), fmt.Sprintf("write %v", x == 1), "the number %s is converted to %v", clip(v.Num), x == 1)
 				f.record(x == 1)
 				return x == 1
 			}
-			f.errorf("write true or false", "must be a boolean, got %s", v.Num)
+			f.errorf("write true or false", "must be a boolean, got %s", clip(v.Num))
 			f.record(def)
 			return def
 		}
-		f.b.c.s.warnf(v, f.dp(), fmt.Sprintf("write %v", x != 0), "the number %s is read as %v (Python truthiness)", v.Num, x != 0)
+		f.b.c.s.warnf(v, f.dp(), fmt.Sprintf("write %v", x != 0), "the number %s is read as %v (Python truthiness)", clip(v.Num), x != 0)
 		f.record(x != 0)
 		return x != 0
 	case lenient.String:
@@ -357,17 +367,17 @@ func (f *field) Bool(def bool) bool {
 		if f.b.kind == pydanticBlock {
 			if laxTrue[s] || laxFalse[s] {
 				b := laxTrue[s]
-				f.b.c.s.warnf(v, f.dp(), fmt.Sprintf("write %v without quotes", b), "the string %s is converted to %v", strconv.Quote(v.Str), b)
+				f.b.c.s.warnf(v, f.dp(), fmt.Sprintf("write %v without quotes", b), "the string %s is converted to %v", quoteStr(v.Str), b)
 				f.record(b)
 				return b
 			}
-			f.errorf("write true or false", "must be a boolean, got the string %s", strconv.Quote(v.Str))
+			f.errorf("write true or false", "must be a boolean, got the string %s", quoteStr(v.Str))
 			f.record(def)
 			return def
 		}
 		truthy := v.Str != ""
 		f.b.c.s.warnf(v, f.dp(), "write true or false without quotes",
-			"the string %s is read as %v by DeepSpeed (any non-empty string is true in Python)", strconv.Quote(v.Str), truthy)
+			"the string %s is read as %v by DeepSpeed (any non-empty string is true in Python)", quoteStr(v.Str), truthy)
 		f.record(truthy)
 		return truthy
 	case lenient.Null:
@@ -416,7 +426,7 @@ func (f *field) Enum(def string, allowed ...string) string {
 		} else {
 			fix += " (values are case-sensitive: " + quoteAll(allowed) + ")"
 		}
-		f.errorf(fix, "%s is not one of %s", strconv.Quote(f.v.Str), quoteAll(allowed))
+		f.errorf(fix, "%s is not one of %s", quoteStr(f.v.Str), quoteAll(allowed))
 	} else {
 		f.errorf("use one of "+quoteAll(allowed), "must be one of %s, got %s", quoteAll(allowed), describe(f.v))
 	}

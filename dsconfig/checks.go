@@ -1,5 +1,7 @@
 package dsconfig
 
+import "fmt"
+
 // crossChecks applies the checks of DeepSpeedEngine.__init__ that depend
 // on the config alone and span several blocks.
 func (c *compiler) crossChecks() {
@@ -36,6 +38,14 @@ func (c *compiler) crossChecks() {
 	}
 	if p.GradientAllreduceOp == "sum" && z.Stage == 3 {
 		c.s.errorf(c.at("gradient_allreduce_op"), "gradient_allreduce_op", `use "mean" or a lower stage`, `gradient_allreduce_op "sum" is not supported with ZeRO stage 3`)
+	}
+	if z.MiCSShardSize > 0 && z.Stage == 3 && hasOpt {
+		if world := int64(c.opts.WorldSize); world%z.MiCSShardSize != 0 {
+			c.s.errorf(c.at("zero_optimization.mics_shard_size"), "zero_optimization.mics_shard_size",
+				fmt.Sprintf("use a mics_shard_size that divides the world size %d, or run on a multiple of %d ranks", world, z.MiCSShardSize),
+				"mics_shard_size %d does not divide the world size %d into shard groups: DeepSpeed's MiCS fails with AssertionError (dp group size is not dividable by dp_shard_size)",
+				z.MiCSShardSize, world)
+		}
 	}
 	if z.MiCSShardSize > 0 && z.Stage != 3 {
 		c.s.warnf(c.at("zero_optimization.mics_shard_size"), "zero_optimization.mics_shard_size", "use stage 3 or remove it",

@@ -3,6 +3,7 @@ package dsconfig
 import (
 	"fmt"
 	"sort"
+	"strconv"
 	"strings"
 
 	"github.com/dszero/dszero/dsconfig/lenient"
@@ -156,7 +157,7 @@ type sink struct {
 }
 
 func (s *sink) add(sev Severity, v *lenient.Value, path, msg, fix string) {
-	d := Diagnostic{Severity: sev, File: s.file, Path: path, Msg: msg, Fix: fix}
+	d := Diagnostic{Severity: sev, File: s.file, Path: clipPath(path), Msg: msg, Fix: fix}
 	if v != nil {
 		d.Pos = v.Pos
 		d.Line, d.Col = v.Pos.Line, v.Pos.Col
@@ -178,6 +179,63 @@ func (s *sink) unsupportedf(v *lenient.Value, path, fix, format string, args ...
 
 func (s *sink) infof(v *lenient.Value, path, format string, args ...any) {
 	s.add(Info, v, path, fmt.Sprintf(format, args...), "")
+}
+
+// echoLimit is how many characters of a key or value from the config a
+// message repeats. A config may hold a 5 MB key; its diagnostic names the
+// key by its start and the position, not by all of it.
+const echoLimit = 60
+
+// head returns the first echoLimit characters of s and whether that cut
+// it. It reads no further into s than it keeps.
+func head(s string) (string, bool) {
+	n := 0
+	for i := range s {
+		if n == echoLimit {
+			return s[:i], true
+		}
+		n++
+	}
+	return s, false
+}
+
+// clip returns s cut to echoLimit characters, marked with "…" when cut.
+func clip(s string) string {
+	if h, cut := head(s); cut {
+		return h + "…"
+	}
+	return s
+}
+
+// quote writes a name in double quotes, clipped ("abc…" becomes "abc"…).
+func quote(s string) string {
+	h, cut := head(s)
+	if cut {
+		return `"` + h + `"…`
+	}
+	return `"` + s + `"`
+}
+
+// quoteStr quotes a string value from the config Go-style (escaping
+// control characters), clipped like quote.
+func quoteStr(s string) string {
+	h, cut := head(s)
+	if cut {
+		return strconv.Quote(h) + "…"
+	}
+	return strconv.Quote(s)
+}
+
+// clipPath clips each key of a dotted JSON path.
+func clipPath(path string) string {
+	if len(path) <= echoLimit {
+		return path
+	}
+	parts := strings.Split(path, ".")
+	for i, p := range parts {
+		parts[i] = clip(p)
+	}
+	return strings.Join(parts, ".")
 }
 
 // joinPath appends a key to a dotted JSON path.

@@ -12,6 +12,11 @@
 // and an unquoted value such as ${zero_stage} (Hjson turns it into a string
 // and DeepSpeed fails much later).
 //
+// Hjson syntax outside JSON (comments, trailing or missing commas, unquoted
+// keys) is reported too: HF's Trainer and Accelerate read a ds_config with
+// json.load, which rejects it. A missing comma is a warning; the deliberate
+// Hjson is a warning in HFMode and an info otherwise.
+//
 // # Two kinds of block
 //
 // DeepSpeed reads a config in two ways, and the difference decides what a
@@ -29,6 +34,16 @@
 // dszero follows both, reports ignored keys as warnings with a did-you-mean
 // and what ignoring them means (bp16 → "this run is fp32"), and says at
 // once what DeepSpeed would only find later.
+//
+// # Numbers
+//
+// DeepSpeed's counts are Python integers: exact at any size, divided with
+// floor division. The batch triplet is derived the same way (math/big), so
+// every verdict and every number in a message is DeepSpeed's, and nothing
+// wraps around to a negative. dszero runs counts up to 2^31−1; a larger
+// triplet that DeepSpeed accepts is Unsupported, with the reason.
+//
+// Messages quote at most 60 characters of any key or value from the config.
 //
 // # "auto"
 //

@@ -2,6 +2,7 @@ package dsconfig
 
 import (
 	"fmt"
+	"math/big"
 	"strconv"
 	"strings"
 
@@ -61,7 +62,7 @@ var hfFlagFor = map[string]string{
 // hfFill is one key HfTrainerDeepSpeedConfig fills.
 type hfFill struct {
 	path      string
-	value     any // float64, int64, bool or []float64
+	value     any // float64, int64, *big.Int, bool or []float64
 	flag      string
 	mustMatch bool
 }
@@ -79,7 +80,7 @@ func (c *compiler) fillHF() {
 	fills := []hfFill{
 		{"train_micro_batch_size_per_gpu", a.PerDeviceTrainBatchSize, "per_device_train_batch_size", true},
 		{"gradient_accumulation_steps", a.GradientAccumulationSteps, "gradient_accumulation_steps", true},
-		{"train_batch_size", world * a.PerDeviceTrainBatchSize * a.GradientAccumulationSteps, "train_batch_size (world_size × per_device_train_batch_size × gradient_accumulation_steps)", true},
+		{"train_batch_size", mul(big.NewInt(world), big.NewInt(a.PerDeviceTrainBatchSize), big.NewInt(a.GradientAccumulationSteps)), "train_batch_size (world_size × per_device_train_batch_size × gradient_accumulation_steps)", true},
 		{"gradient_clipping", a.MaxGradNorm, "max_grad_norm", true},
 		{"optimizer.params.lr", a.LearningRate, "learning_rate", true},
 		{"optimizer.params.betas", []float64{a.AdamBeta1, a.AdamBeta2}, "adam_beta1+adam_beta2", true},
@@ -110,14 +111,17 @@ func (c *compiler) fillHF() {
 				"\"auto\" needs the model's hidden size: the model's config has neither hidden_size nor hidden_sizes")
 			continue
 		}
-		var x int64
+		// Python's integers: exact, so a huge hidden size cannot wrap
+		// around to a negative bucket.
+		hb := big.NewInt(h)
+		var x *big.Int
 		switch k {
 		case "zero_optimization.reduce_bucket_size":
-			x = h * h
+			x = mul(hb, hb)
 		case "zero_optimization.stage3_prefetch_bucket_size":
-			x = int64(0.9 * float64(h) * float64(h))
+			x, _ = big.NewFloat(0.9 * float64(h) * float64(h)).Int(nil) // int(0.9 * h * h), in floats
 		default:
-			x = 10 * h
+			x = mul(big.NewInt(10), hb)
 		}
 		fills = append(fills, hfFill{k, x, "", false})
 	}
@@ -157,11 +161,11 @@ func hfMismatchFix(flag string, v *lenient.Value) string {
 	fix := `set it to "auto" (the easiest)`
 	switch {
 	case flag == "adam_beta1+adam_beta2" && v.Kind == lenient.Array && len(v.Elems) == 2:
-		fix += fmt.Sprintf(", or pass --adam_beta1 %s --adam_beta2 %s", v.Elems[0].Num, v.Elems[1].Num)
+		fix += fmt.Sprintf(", or pass --adam_beta1 %s --adam_beta2 %s", clip(v.Elems[0].Num), clip(v.Elems[1].Num))
 	case strings.HasPrefix(flag, "fp16") || strings.HasPrefix(flag, "bf16"):
 		fix += ", or pass --" + strings.SplitN(flag, "|", 2)[0] + " to match"
 	case !strings.ContainsAny(flag, " |+") && v.Kind == lenient.Number:
-		fix += fmt.Sprintf(", or pass --%s %s", flag, v.Num)
+		fix += fmt.Sprintf(", or pass --%s %s", flag, clip(v.Num))
 	}
 	return fix
 }
@@ -173,6 +177,8 @@ func setValue(v *lenient.Value, x any) {
 	switch t := x.(type) {
 	case int64:
 		v.Kind, v.Num = lenient.Number, strconv.FormatInt(t, 10)
+	case *big.Int:
+		v.Kind, v.Num = lenient.Number, t.String()
 	case float64:
 		v.Kind, v.Num = lenient.Number, strconv.FormatFloat(t, 'g', -1, 64)
 	case bool:
@@ -190,8 +196,10 @@ func setValue(v *lenient.Value, x any) {
 func hfEqual(v *lenient.Value, x any) bool {
 	switch t := x.(type) {
 	case int64:
-		f, ok := v.Float64()
-		return v.Kind == lenient.Number && ok && f == float64(t)
+		return hfEqual(v, big.NewInt(t))
+	case *big.Int:
+		n, ok := v.BigInt()
+		return ok && n.Cmp(t) == 0
 	case float64:
 		f, ok := v.Float64()
 		return v.Kind == lenient.Number && ok && f == t

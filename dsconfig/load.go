@@ -94,7 +94,7 @@ func Compile(file string, data []byte, opts Options) (Plan, Diagnostics) {
 	c := &compiler{s: &sink{file: file}, rec: &recorder{}, opts: opts, hfFilled: map[string]bool{}}
 	c.plan.File = file
 	c.plan.WorldSize = opts.WorldSize
-	root, err := lenient.Parse(file, data)
+	root, devs, err := lenient.ParseWithDeviations(file, data)
 	if err != nil {
 		var le *lenient.Error
 		if errors.As(err, &le) {
@@ -105,6 +105,7 @@ func Compile(file string, data []byte, opts Options) (Plan, Diagnostics) {
 	}
 	c.root = root
 	c.compile()
+	c.notJSON(devs)
 	c.plan.settings = c.rec.settings
 	diags := c.s.diags.Sorted()
 	c.plan.diags = diags
@@ -143,4 +144,51 @@ func (c *compiler) autoFix(path string) string {
 		return fmt.Sprintf("HF's Trainer fills it from %s: pass that flag (dszero then works like the Trainer) or write a value", flag)
 	}
 	return "HF's Trainer does not fill this key either: write a value"
+}
+
+// notJSON reports the Hjson syntax a config uses outside JSON, once per
+// kind at its first place. DeepSpeed reads it; HF's Trainer and Accelerate
+// read a ds_config file with json.load (accelerate's HfDeepSpeedConfig), and
+// json.load rejects it. A missing comma is a warning in both modes: it is a
+// slip, not a style. The deliberate Hjson (comments, trailing commas, ...)
+// is a warning in HFMode, where the file is headed for the Trainer, and
+// otherwise an info.
+func (c *compiler) notJSON(devs []lenient.Deviation) {
+	count := map[lenient.DeviationKind]int{}
+	var first []lenient.Deviation
+	for _, d := range devs {
+		if count[d.Kind] == 0 {
+			first = append(first, d)
+		}
+		count[d.Kind]++
+	}
+	for _, d := range first {
+		sev := Info
+		if d.Kind == lenient.MissingComma || c.plan.Mode == HFMode {
+			sev = Warning
+		}
+		what := d.Kind.String()
+		if n := count[d.Kind] - 1; n > 0 {
+			what += fmt.Sprintf(" (and %d more)", n)
+		}
+		msg := what + ": not JSON. DeepSpeed's Hjson reader accepts it, but HF's Trainer and Accelerate read a ds_config with json.load, which rejects the file"
+		if d.Kind == lenient.MissingComma {
+			msg = what + " between two values: DeepSpeed's Hjson reader accepts it, but it is not JSON, and HF's Trainer and Accelerate read a ds_config with json.load, which rejects the file"
+		}
+		v := &lenient.Value{Pos: d.Pos}
+		c.s.add(sev, v, "", msg, notJSONFix[d.Kind])
+	}
+}
+
+var notJSONFix = map[lenient.DeviationKind]string{
+	lenient.ByteOrderMark:     "save the file as UTF-8 without a byte order mark",
+	lenient.Comment:           "remove the comments if HF's Trainer or Accelerate reads this file",
+	lenient.TrailingComma:     "remove the comma before the closing bracket",
+	lenient.MissingComma:      "add the comma",
+	lenient.UnquotedKey:       "quote the key",
+	lenient.SingleQuotes:      "use double quotes",
+	lenient.MultilineString:   `write a "double-quoted" string, with \n for line breaks`,
+	lenient.QuoteEscape:       `write ' without the backslash`,
+	lenient.RootWithoutBraces: "wrap the whole file in { }",
+	lenient.OddWhiteSpace:     "replace it with plain spaces",
 }

@@ -88,7 +88,11 @@ func (p Plan) Diagnostics() Diagnostics { return append(Diagnostics(nil), p.diag
 // run yet.
 func (p Plan) Unsupported() Diagnostics { return p.diags.Filter(Unsupported) }
 
-// Batch is DeepSpeed's batch triplet after derivation.
+// Batch is DeepSpeed's batch triplet after derivation. In a plan without
+// errors and without Unsupported diagnostics every count is in
+// [1, 2^31−1] and TrainBatchSize = micro × accumulation × DataParallelSize.
+// A count beyond int64 that DeepSpeed accepts (it reads Python integers) is
+// 0 here, with an Unsupported diagnostic; Settings records it exactly.
 type Batch struct {
 	TrainBatchSize            int64 // global batch: micro × accumulation × world
 	TrainMicroBatchSizePerGPU int64

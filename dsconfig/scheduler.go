@@ -1,6 +1,7 @@
 package dsconfig
 
 import (
+	"fmt"
 	"strings"
 
 	"github.com/dszero/dszero/dsconfig/lenient"
@@ -117,10 +118,7 @@ func (c *compiler) readScheduler(top *block) {
 		wt.record(s.WarmupType)
 		if name != "WarmupLR" {
 			s.TotalNumSteps = c.requiredInt(pb, "total_num_steps", name)
-			if name == "WarmupCosineLR" && s.TotalNumSteps > 0 && s.TotalNumSteps < max(2, s.WarmupNumSteps) {
-				c.s.warnf(c.at("scheduler.params.total_num_steps"), "scheduler.params.total_num_steps", "",
-					"total_num_steps %d is less than warmup_num_steps %d", s.TotalNumSteps, s.WarmupNumSteps)
-			}
+			c.warmupLongerThanRun(name, s.WarmupNumSteps, s.TotalNumSteps)
 		}
 	}
 	if f := pb.get("last_batch_iteration"); f.v != nil {
@@ -146,12 +144,39 @@ func (c *compiler) warmupSteps(pb *block) int64 {
 	f := pb.get("warmup_num_steps")
 	if f.v != nil && f.v.Kind == lenient.Number && !isIntLiteral(f.v.Num) {
 		f.errorf("write it as a whole number without a decimal point or exponent",
-			"warmup_num_steps must be a positive integer, got %s (DeepSpeed checks isinstance(x, int))", f.v.Num)
+			"warmup_num_steps must be a positive integer, got %s (DeepSpeed checks isinstance(x, int))", clip(f.v.Num))
 		f.record(int64(1000))
 		return 1000
 	}
 	n := f.Int(1000, 1)
 	return n
+}
+
+// warmupLongerThanRun warns when the warm-up of WarmupDecayLR or
+// WarmupCosineLR outlasts the schedule: DeepSpeed only logs "total_num_steps
+// T is less than warmup_num_steps W" (both check T < max(2, W)), and the
+// learning rate never reaches its peak. WarmupDecayLR's rate then drops to
+// warmup_min_lr at step W; WarmupCosineLR's decays from wherever it is.
+func (c *compiler) warmupLongerThanRun(name string, warmup, total int64) {
+	// Only the values as written (or warm-up's default of 1000): a value
+	// that was refused, and replaced by its default, is reported already.
+	v, w := c.at("scheduler.params.total_num_steps"), c.at("scheduler.params.warmup_num_steps")
+	if n, ok := v.Int64(); !ok || n != total {
+		return
+	}
+	if n, ok := w.Int64(); w != nil && (!ok || n != warmup) {
+		return
+	}
+	if total >= max(2, warmup) {
+		return
+	}
+	peak := "warmup_max_lr"
+	if name == "WarmupCosineLR" {
+		peak = "the optimizer's lr"
+	}
+	c.s.warnf(v, "scheduler.params.total_num_steps", fmt.Sprintf("make warmup_num_steps smaller than total_num_steps %d, or raise total_num_steps", total),
+		"total_num_steps %d is less than warmup_num_steps %d: a %d-step run ends during the warm-up, so the learning rate never reaches %s (DeepSpeed only logs this)",
+		total, max(2, warmup), total, peak)
 }
 
 func isIntLiteral(s string) bool {

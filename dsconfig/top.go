@@ -191,7 +191,7 @@ func (c *compiler) readTensorParallel(top *block) {
 	size := b.get("autotp_size")
 	if size.v != nil && size.v.Kind == lenient.String {
 		size.errorf("write a number (0 disables automatic tensor parallelism)",
-			"autotp_size is the string %q: deepspeed.initialize compares it with 0 and fails with a TypeError", size.v.Str)
+			"autotp_size is the string %s: deepspeed.initialize compares it with 0 and fails with a TypeError", quoteStr(size.v.Str))
 		size.record(int64(0))
 	} else if n := size.Int(0, 0); n > 0 {
 		c.s.unsupportedf(size.v, size.path, "remove tensor_parallel", "automatic tensor parallelism (autotp_size %d) is not supported by dszero", n)
@@ -262,7 +262,7 @@ func (c *compiler) readCheckpoint(top *block) {
 		case "WARN", "IGNORE", "FAIL":
 			ck.TagValidation = s
 		default:
-			tv.errorf(`use "Warn", "Ignore" or "Fail"`, "invalid tag_validation value %q", tv.v.Str)
+			tv.errorf(`use "Warn", "Ignore" or "Fail"`, "invalid tag_validation value %s", quoteStr(tv.v.Str))
 		}
 	} else if tv.v != nil {
 		tv.errorf(`use "Warn", "Ignore" or "Fail"`, "tag_validation must be a string, got %s", describe(tv.v))

@@ -99,8 +99,40 @@ type sink struct {
 }
 
 func (s *sink) add(sev Severity, pos lenient.Pos, path, msg, fix string) {
-	d := Diagnostic{Severity: sev, File: s.file, Path: path, Msg: msg, Fix: fix, Pos: pos, Line: pos.Line, Col: pos.Col}
+	d := Diagnostic{Severity: sev, File: s.file, Path: clipWords(path), Msg: clipWords(msg), Fix: clipWords(fix), Pos: pos, Line: pos.Line, Col: pos.Col}
 	s.diags = append(s.diags, d)
+}
+
+// echoLimit is how many characters of one word a diagnostic keeps. Keys
+// and values from the file reach messages in many places (quoted, as a
+// path, in a did-you-mean); a 5 MB key must not make a 5 MB message, so
+// every run of more than echoLimit non-space characters is cut to that
+// many, marked with "…".
+const echoLimit = 60
+
+// clipWords cuts every word of s longer than echoLimit characters. It takes
+// time linear in len(s).
+func clipWords(s string) string {
+	if len(s) <= echoLimit {
+		return s
+	}
+	var b strings.Builder
+	for i, w := 0, 0; i < len(s); { // w: characters of the current word so far
+		r, n := utf8.DecodeRuneInString(s[i:])
+		if r == ' ' || r == '\n' || r == '\t' {
+			w = 0
+		} else {
+			w++
+		}
+		switch {
+		case w <= echoLimit:
+			b.WriteString(s[i : i+n])
+		case w == echoLimit+1:
+			b.WriteString("…")
+		}
+		i += n
+	}
+	return b.String()
 }
 
 func (s *sink) errorf(pos lenient.Pos, path, fix, format string, args ...any) {

@@ -66,8 +66,9 @@
 // and the fix. ParseHjson keeps them as Strings with Quoteless set, to show
 // exactly what DeepSpeed would see.
 //
-// Value.Num keeps a number's literal as written. Float64, Int64 and IsIntegral
-// read it exactly: "5e8" is the integer 500000000. hjson-py itself turns a
+// Value.Num keeps a number's literal as written. Float64, Int64, BigInt and
+// IsIntegral read it exactly: "5e8" is the integer 500000000, and BigInt
+// gives whole numbers beyond int64 as Python holds them. hjson-py itself turns a
 // literal without fraction or exponent into a Python int, and any other into
 // a float, made an int again when whole and below 1e10 in magnitude (so
 // 2.0 is the int 2 but 1e14 stays a float). A literal that overflows float64
@@ -88,10 +89,21 @@
 // range, control characters in unquoted keys, and nesting deeper than 400
 // levels (hjson-py gives up near 490).
 //
+// # Deviations from JSON
+//
+// ParseWithDeviations also lists every place where the input uses Hjson
+// syntax outside JSON (a comment, a trailing or a missing comma, an unquoted
+// key, single quotes, a byte order mark, ...), in file order. DeepSpeed reads
+// such a file, but Python's json.load, which HF's Trainer and Accelerate use
+// to read a ds_config, rejects it. For any input Parse accepts, the list is
+// empty exactly when encoding/json accepts the input (FuzzParse checks it).
+//
 // # Errors and positions
 //
 // Every error is an *Error: file, Pos, a message and usually a hint, printed
-// as "file:line:col: msg; hint". Pos.Line and Pos.Col are 1-based, Col counts
+// as "file:line:col: msg; hint". Keys and values from the input appear in
+// messages cut to their first 40 or 60 characters, so a 5 MB key makes a
+// short message. Pos.Line and Pos.Col are 1-based, Col counts
 // characters (not bytes), and a byte order mark takes no column. Parse never
 // panics; FuzzParse checks that, the positions, and that MarshalJSON output
 // parses back to the same tree.

@@ -51,9 +51,9 @@ func (p *parser) pathString() string {
 			if b.Len() > 0 {
 				b.WriteByte('.')
 			}
-			b.WriteString(s.key)
+			b.WriteString(clipText(s.key))
 		default:
-			fmt.Fprintf(&b, "[%s]", strconv.Quote(s.key))
+			fmt.Fprintf(&b, "[%s]", quoteShort(s.key))
 		}
 	}
 	return b.String()
@@ -95,8 +95,8 @@ func (p *parser) describe(off int) string {
 // quoted; cut to 40 characters.
 func excerpt(b []byte) string {
 	s := string(b)
-	if utf8.RuneCountInString(s) > 40 {
-		s = string([]rune(s)[:40]) + "…"
+	if h, cut := head(s, 40); cut {
+		s = h + "…"
 	}
 	for _, r := range s {
 		if !unicode.IsPrint(r) && r != ' ' {
@@ -108,10 +108,32 @@ func excerpt(b []byte) string {
 
 // quoteShort quotes s, cut to 60 characters.
 func quoteShort(s string) string {
-	if utf8.RuneCountInString(s) > 60 {
-		return strconv.Quote(string([]rune(s)[:60])) + "…"
+	if h, cut := head(s, 60); cut {
+		return strconv.Quote(h) + "…"
 	}
 	return strconv.Quote(s)
+}
+
+// clipText cuts s to 60 characters, marked with "…" when cut.
+func clipText(s string) string {
+	if h, cut := head(s, 60); cut {
+		return h + "…"
+	}
+	return s
+}
+
+// head returns the first n characters of s and whether that cut it,
+// reading no further into s than it keeps: a message about a 5 MB key
+// costs what a message about a short one does.
+func head(s string, n int) (string, bool) {
+	k := 0
+	for i := range s {
+		if k == n {
+			return s[:i], true
+		}
+		k++
+	}
+	return s, false
 }
 
 func firstField(b []byte) []byte {
@@ -217,7 +239,7 @@ func (p *parser) duplicate(key string, at, first Pos) *Error {
 		firstAt = fmt.Sprintf("first at %d:%d", first.Line, first.Col)
 	}
 	return &Error{File: p.file, Pos: at,
-		Msg:  fmt.Sprintf("duplicate key %q %s (%s)", key, where, firstAt),
+		Msg:  fmt.Sprintf("duplicate key %s %s (%s)", quoteShort(key), where, firstAt),
 		Hint: "DeepSpeed rejects duplicate keys: keep one"}
 }
 
@@ -225,9 +247,9 @@ func (p *parser) notObject(v *Value) *Error {
 	var what string
 	switch v.Kind {
 	case Number:
-		what = "the number " + v.Num
+		what = "the number " + clipText(v.Num)
 	case String:
-		what = "the string " + strconv.Quote(v.Str)
+		what = "the string " + quoteShort(v.Str)
 	case Bool:
 		what = strconv.FormatBool(v.Bool)
 	default:
@@ -242,7 +264,7 @@ func (p *parser) outOfRange(off int, num string) *Error {
 	if strings.ContainsAny(num, ".eE") {
 		hint = "it overflows a 64-bit float, and DeepSpeed's Hjson reader fails on it too (OverflowError)"
 	}
-	return p.errorf(off, hint, "number %s is out of range%s", num, p.forPath())
+	return p.errorf(off, hint, "number %s is out of range%s", clipText(num), p.forPath())
 }
 
 // checkBareKey rejects unquoted keys that are almost surely typos: Hjson
@@ -307,7 +329,7 @@ func (p *parser) bareValue(off int, raw string) *Error {
 		}
 		return p.errorf(off, hint, "unquoted value %s%s is not a valid JSON number; %s", shown, at, asString)
 	case strings.IndexFunc(word, func(r rune) bool { return pyIsSpace(r) || !unicode.IsPrint(r) || strings.ContainsRune(`"'{[:`, r) }) < 0:
-		return p.errorf(off, fmt.Sprintf("quote it (%s) if a string is meant", strconv.Quote(word)),
+		return p.errorf(off, fmt.Sprintf("quote it (%s) if a string is meant", quoteShort(word)),
 			"unquoted value %s%s is a bare word; %s", shown, at, asString)
 	}
 	return p.errorf(off, "quote strings; if JSON was meant, look for a missing quote or comma",

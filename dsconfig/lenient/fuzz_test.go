@@ -16,7 +16,9 @@ import (
 // inside the input; Parse accepts only what ParseHjson accepts, with the
 // same tree; every value's position agrees with an independent line count;
 // MarshalJSON writes JSON that encoding/json reads as Interface does and
-// that Parse reads back to an equal tree.
+// that Parse reads back to an equal tree; ParseWithDeviations lists no
+// deviation exactly when encoding/json (an independent JSON reader) accepts
+// the input, and lists them in file order at their positions.
 //
 // Seeds: every corpus config and every golden hjson-py case.
 func FuzzParse(f *testing.F) {
@@ -46,7 +48,7 @@ func FuzzParse(f *testing.F) {
 	}
 	f.Fuzz(func(t *testing.T, data []byte) {
 		hv, herr := ParseHjson("f", data)
-		v, err := Parse("f", data)
+		v, devs, err := ParseWithDeviations("f", data)
 		if herr != nil {
 			checkError(t, herr, data)
 		}
@@ -61,6 +63,17 @@ func FuzzParse(f *testing.F) {
 			t.Fatalf("Parse and ParseHjson trees differ")
 		}
 		checkPositions(t, data, v)
+		if valid := json.Valid(data); valid != (len(devs) == 0) {
+			t.Fatalf("encoding/json valid=%v, but deviations %v", valid, devs)
+		}
+		for i, d := range devs {
+			if want := refPos(data, d.Pos.Offset); d.Pos != want {
+				t.Fatalf("%v: Pos %+v, want %+v", d.Kind, d.Pos, want)
+			}
+			if i > 0 && d.Pos.Offset < devs[i-1].Pos.Offset {
+				t.Fatalf("deviations out of order: %v", devs)
+			}
+		}
 		out, err := v.MarshalJSON()
 		if err != nil {
 			t.Fatal(err)

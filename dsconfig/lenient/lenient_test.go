@@ -1,6 +1,8 @@
 package lenient
 
 import (
+	"encoding/json"
+	"fmt"
 	"strings"
 	"testing"
 
@@ -146,7 +148,7 @@ func TestParseErrors(t *testing.T) {
 		{"odd white space before literal", "{\"a\": \u00a0true\n}",
 			`ds.json:1:7: unquoted value true at a is next to unusual white space, so DeepSpeed's Hjson reader would take it as the string "true"; replace it with plain spaces`},
 		{"1e400", `{"a": 1e400}`, `ds.json:1:7: number 1e400 is out of range for a; it overflows a 64-bit float, and DeepSpeed's Hjson reader fails on it too (OverflowError)`},
-		{"400-digit integer", `{"a": ` + strings.Repeat("9", 400) + `}`, `ds.json:1:7: number ` + strings.Repeat("9", 400) + ` is out of range for a; it does not fit in a 64-bit float`},
+		{"400-digit integer", `{"a": ` + strings.Repeat("9", 400) + `}`, `ds.json:1:7: number ` + strings.Repeat("9", 60) + `… is out of range for a; it does not fit in a 64-bit float`},
 		{"non-ASCII digit", "{\"a\": 1\u0663}", "ds.json:1:7: number 1\u0663 for a has non-ASCII digits (DeepSpeed's Hjson reader would accept them); write the number with the digits 0-9"},
 		{"unterminated string", `{"a": "x`, `ds.json:1:7: unterminated string: end of input before the closing "`},
 		{"string across lines", "{\"a\": \"x\n\"}", `ds.json:1:7: unterminated string: the line ends before the closing "; a string cannot span lines: close the quote, or write a line break as \n`},
@@ -326,5 +328,67 @@ func TestMarshalJSON(t *testing.T) {
 	}
 	if _, err := (&Value{Kind: Number, Num: "+1"}).MarshalJSON(); err == nil {
 		t.Error("MarshalJSON wrote a number literal that is not JSON")
+	}
+}
+
+func TestDeviations(t *testing.T) {
+	tests := []struct {
+		name, in string
+		want     []string // "kind line:col"
+	}{
+		{"JSON", `{"a": [1, 2], "b": {"c": "it's"}}`, nil},
+		{"byte order mark", "\uFEFF{\"a\": 1}", []string{"a byte order mark 1:1"}},
+		{"comments", "{\"a\": 1, // c\n /* d */ \"b\": 2 # e\n}", []string{"a comment 1:10", "a comment 2:2", "a comment 2:17"}},
+		{"trailing commas", `{"a": [1, 2,], "b": 3,}`, []string{"a trailing comma 1:12", "a trailing comma 1:22"}},
+		{"missing comma between members", "{\"a\": 1\n\"b\": \"x\" \"c\": 3}", []string{"a missing comma 1:8", "a missing comma 2:9"}},
+		{"missing comma between elements", "{\"a\": [1\n2\n\"x\" \"y\"]}", []string{"a missing comma 1:9", "a missing comma 2:2", "a missing comma 3:4"}},
+		{"unquoted key", `{a: 1}`, []string{"an unquoted key 1:2"}},
+		{"single quotes", `{'a': "b\'c"}`, []string{"a single-quoted string 1:2", `the escape \' 1:9`}},
+		{"multiline string", "{\"a\":\n '''x'''}", []string{"a ''' string 2:2"}},
+		{"no braces", "a: 1\n\"b\": 2", []string{"an unquoted key 1:1", "a top-level object without braces 1:1", "a missing comma 1:5"}},
+		{"odd white space", "{\"a\": true\u00a0}", []string{"white space that JSON does not allow 1:11"}},
+	}
+	for _, tt := range tests {
+		_, devs, err := ParseWithDeviations("ds.json", []byte(tt.in))
+		if err != nil {
+			t.Errorf("%s: %v", tt.name, err)
+			continue
+		}
+		var got []string
+		for _, d := range devs {
+			got = append(got, fmt.Sprintf("%v %v", d.Kind, d.Pos))
+		}
+		if diff := cmp.Diff(tt.want, got); diff != "" {
+			t.Errorf("%s (-want +got):\n%s", tt.name, diff)
+		}
+		if valid := json.Valid([]byte(tt.in)); valid != (len(devs) == 0) {
+			t.Errorf("%s: encoding/json says valid=%v", tt.name, valid)
+		}
+	}
+}
+
+func TestBigInt(t *testing.T) {
+	tests := []struct {
+		lit  string
+		want string // "" when not a whole number
+	}{
+		{"0", "0"}, {"-0", "0"}, {"5e8", "500000000"}, {"2.0", "2"}, {"-3", "-3"},
+		{"9223372036854775808", "9223372036854775808"},
+		{"1099511627776000000000000", "1099511627776000000000000"},
+		{"1e30", "1" + strings.Repeat("0", 30)},
+		{"1.5e1", "15"}, {"-12.50e1", "-125"},
+		{"2.5", ""}, {"1e-5", ""}, {"1e400", ""},
+	}
+	for _, tt := range tests {
+		n, ok := num(tt.lit).BigInt()
+		switch {
+		case tt.want == "" && ok:
+			t.Errorf("%s: BigInt = %v, want not a whole number", tt.lit, n)
+		case tt.want != "" && (!ok || n.String() != tt.want):
+			t.Errorf("%s: BigInt = %v, %v; want %s", tt.lit, n, ok, tt.want)
+		}
+	}
+	if _, ok := str("5").BigInt(); ok {
+		t.Error(`a String "5" converted with BigInt`)
 	}
 }

@@ -2,6 +2,7 @@ package lenient
 
 import (
 	"bytes"
+	"sort"
 	"strconv"
 	"unicode"
 	"unicode/utf8"
@@ -19,6 +20,15 @@ const maxDepth = 400
 // `.5`), Parse returns an *Error instead. Every error Parse returns is an
 // *Error; file names the input in error messages.
 func Parse(file string, data []byte) (*Value, error) {
+	v, _, err := parse(file, data, false)
+	return v, err
+}
+
+// ParseWithDeviations is Parse that also lists, in file order, every place
+// where the input uses Hjson syntax that JSON does not allow. DeepSpeed
+// reads such a file; Python's json.load, which HF's Trainer and Accelerate
+// use to read a ds_config, does not.
+func ParseWithDeviations(file string, data []byte) (*Value, []Deviation, error) {
 	return parse(file, data, false)
 }
 
@@ -30,7 +40,8 @@ func Parse(file string, data []byte) (*Value, error) {
 // a file (for example to compare verdicts); configs for dszero go through
 // Parse.
 func ParseHjson(file string, data []byte) (*Value, error) {
-	return parse(file, data, true)
+	v, _, err := parse(file, data, true)
+	return v, err
 }
 
 type segment struct {
@@ -48,14 +59,51 @@ type parser struct {
 	path          []segment // where the value being parsed sits, for messages
 	open          []int     // offsets of the enclosing '{' and '[', for messages
 	at            Pos       // the last position computed, to make pos incremental
+	devs          []deviationAt
+}
+
+// deviationAt is a Deviation before its offset is turned into a Pos.
+type deviationAt struct {
+	kind DeviationKind
+	off  int
+}
+
+// deviate records Hjson syntax outside JSON at offset off.
+func (p *parser) deviate(kind DeviationKind, off int) {
+	p.devs = append(p.devs, deviationAt{kind, off})
+}
+
+// deviations returns the recorded deviations in file order with their
+// positions, in one pass over the input.
+func (p *parser) deviations() []Deviation {
+	if len(p.devs) == 0 {
+		return nil
+	}
+	sort.SliceStable(p.devs, func(i, j int) bool { return p.devs[i].off < p.devs[j].off })
+	p.at = Pos{Offset: p.bom, Line: 1, Col: 1}
+	out := make([]Deviation, len(p.devs))
+	for i, d := range p.devs {
+		out[i] = Deviation{Kind: d.kind, Pos: p.pos(d.off)}
+	}
+	return out
 }
 
 var bom = []byte{0xEF, 0xBB, 0xBF}
 
-func parse(file string, data []byte, keep bool) (*Value, error) {
+func parse(file string, data []byte, keep bool) (*Value, []Deviation, error) {
 	p := &parser{file: file, src: data, keepQuoteless: keep}
+	v, err := p.parseInput()
+	if err != nil {
+		return nil, nil, err
+	}
+	return v, p.deviations(), nil
+}
+
+func (p *parser) parseInput() (*Value, error) {
+	data, keep := p.src, p.keepQuoteless
 	if bytes.HasPrefix(data, bom) {
 		p.bom, p.i = len(bom), len(bom)
+		p.deviate(ByteOrderMark, 0)
 	}
 	p.at = Pos{Offset: p.bom, Line: 1, Col: 1}
 	if off := invalidUTF8(data); off >= 0 {
@@ -100,12 +148,13 @@ func parse(file string, data []byte, keep bool) (*Value, error) {
 // allows the braces of the root object to be omitted; failing that, hjson-py
 // tries a single value, which DeepSpeed cannot use.
 func (p *parser) parseRoot() (*Value, error) {
-	start := p.i
+	start, devs := p.i, len(p.devs)
 	v, err := p.parseObject(false)
 	if err == nil {
+		p.deviate(RootWithoutBraces, start)
 		return v, nil
 	}
-	p.i, p.depth, p.path, p.open = start, 0, p.path[:0], p.open[:0]
+	p.i, p.depth, p.path, p.open, p.devs = start, 0, p.path[:0], p.open[:0], p.devs[:devs]
 	if sv, err2 := p.parseValue(); err2 == nil && p.skip() == nil && p.i >= len(p.src) {
 		return nil, p.notObject(sv)
 	}
@@ -123,10 +172,12 @@ func (p *parser) skip() error {
 		case c == ' ' || c == '\t' || c == '\n' || c == '\r':
 			p.i++
 		case c == '#' || c == '/' && p.next('/'):
+			p.deviate(Comment, p.i)
 			for p.i < len(p.src) && p.src[p.i] != '\n' && p.src[p.i] != '\r' {
 				p.i++
 			}
 		case c == '/' && p.next('*'):
+			p.deviate(Comment, p.i)
 			n := bytes.Index(p.src[p.i+2:], []byte("*/"))
 			if n < 0 {
 				return p.errorf(p.i, "close it with */ (DeepSpeed's Hjson reader fails on it too)", "unterminated /* comment")
@@ -170,6 +221,7 @@ func (p *parser) parseValue() (*Value, error) {
 	case '"', '\'':
 		start := p.i
 		if bytes.HasPrefix(p.src[p.i:], []byte("'''")) {
+			p.deviate(MultilineString, start)
 			s, err := p.parseMultiline()
 			if err != nil {
 				return nil, err
@@ -237,14 +289,27 @@ func (p *parser) parseObject(braced bool) (*Value, error) {
 		}
 		seen[key] = len(v.Members)
 		v.Members = append(v.Members, Member{Key: key, KeyPos: keyPos, KeyQuoteless: quoteless, Value: val})
+		if quoteless {
+			p.deviate(UnquotedKey, keyOff)
+		}
+		end := p.i
 		if err := p.skip(); err != nil {
 			return nil, err
 		}
+		comma := -1
 		if p.peekIs(',') {
+			comma = p.i
 			p.i++
 			if err := p.skip(); err != nil {
 				return nil, err
 			}
+		}
+		last := braced && p.peekIs('}') || !braced && p.i >= len(p.src)
+		switch {
+		case last && comma >= 0:
+			p.deviate(TrailingComma, comma)
+		case !last && comma < 0:
+			p.deviate(MissingComma, end)
 		}
 		if braced && p.peekIs('}') {
 			p.i++
@@ -280,14 +345,23 @@ func (p *parser) parseArray() (*Value, error) {
 			return nil, err
 		}
 		v.Elems = append(v.Elems, e)
+		end := p.i
 		if err := p.skip(); err != nil {
 			return nil, err
 		}
+		comma := -1
 		if p.peekIs(',') {
+			comma = p.i
 			p.i++
 			if err := p.skip(); err != nil {
 				return nil, err
 			}
+		}
+		switch last := p.peekIs(']'); {
+		case last && comma >= 0:
+			p.deviate(TrailingComma, comma)
+		case !last && comma < 0 && p.i < len(p.src):
+			p.deviate(MissingComma, end)
 		}
 		if p.peekIs(']') {
 			p.i++
@@ -352,6 +426,9 @@ func (p *parser) parseQuoted() (string, error) {
 	src := p.src
 	start := p.i
 	q := src[start]
+	if q == '\'' {
+		p.deviate(SingleQuotes, start)
+	}
 	var b []byte // nil until the first escape
 	seg := start + 1
 	for i := seg; ; {
@@ -396,7 +473,12 @@ func (p *parser) escape(b []byte, i, start int) ([]byte, int, error) {
 		return nil, 0, p.errorf(start, "", "unterminated string: end of input before the closing %c", p.src[start])
 	}
 	switch e := p.src[i+1]; e {
-	case '"', '\'', '\\', '/':
+	case '\'':
+		if p.src[start] == '"' {
+			p.deviate(QuoteEscape, i)
+		}
+		return append(b, e), 2, nil
+	case '"', '\\', '/':
 		return append(b, e), 2, nil
 	case 'b':
 		return append(b, '\b'), 2, nil
@@ -611,6 +693,9 @@ func (p *parser) parseQuoteless() (*Value, error) {
 		}
 		if lo >= 0 && end >= lo && end <= hi {
 			p.i = end
+			if len(bytes.Trim(src[lo:end], " \t")) > 0 {
+				p.deviate(OddWhiteSpace, lo)
+			}
 			if lit.Kind == Number {
 				lit.Num = string(src[begin:numEnd])
 				if _, err := strconv.ParseFloat(lit.Num, 64); err != nil {
@@ -623,6 +708,7 @@ func (p *parser) parseQuoteless() (*Value, error) {
 			p.i = end
 			raw := pyTrim(string(src[begin:end]))
 			if p.keepQuoteless {
+				p.deviate(UnquotedString, begin)
 				return &Value{Kind: String, Pos: lit.Pos, Str: raw, Quoteless: true}, nil
 			}
 			return nil, p.bareValue(begin, raw)

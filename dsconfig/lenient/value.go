@@ -3,6 +3,7 @@ package lenient
 import (
 	"bytes"
 	"fmt"
+	"math/big"
 	"strconv"
 	"unicode/utf8"
 )
@@ -162,6 +163,35 @@ func (v *Value) Int64() (int64, bool) {
 		return 0, false
 	}
 	return int64(u), true
+}
+
+// BigInt returns the exact value of an integral Number of any size, as
+// Python holds the integers DeepSpeed reads: "1099511627776", "1e30" and
+// "2.0" are whole numbers, "2.5" is not. It reports false when v is not a
+// Number, is not a whole number, or has more than 400 digits (beyond
+// float64's range, which Parse never returns).
+func (v *Value) BigInt() (*big.Int, bool) {
+	if v == nil || v.Kind != Number {
+		return nil, false
+	}
+	neg, digits, exp, ok := splitDecimal(v.Num)
+	if !ok || (digits != "" && exp < 0) {
+		return nil, false
+	}
+	if digits == "" {
+		return new(big.Int), true
+	}
+	if len(digits)+exp > 400 {
+		return nil, false
+	}
+	n, _ := new(big.Int).SetString(digits, 10)
+	if exp > 0 {
+		n.Mul(n, new(big.Int).Exp(big.NewInt(10), big.NewInt(int64(exp)), nil))
+	}
+	if neg {
+		n.Neg(n)
+	}
+	return n, true
 }
 
 // splitDecimal splits a JSON number literal into its sign, its significant
