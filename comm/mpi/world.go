@@ -206,6 +206,7 @@ func (w *World) relayed(from int, m message) {
 	w.mu.Lock()
 	comms := slices.Clone(w.comms)
 	w.mu.Unlock()
+	var wg sync.WaitGroup // each break may wait up to relayWait: in parallel
 	for _, c := range comms {
 		var in []int // the ranks at fault that are members of c, as ranks of c
 		for r, wr := range c.members {
@@ -213,8 +214,9 @@ func (w *World) relayed(from int, m message) {
 				in = append(in, r)
 			}
 		}
-		c.breakWith(&fault{peers: in, relayed: true, err: &comm.FaultError{Msg: msg, Kind: kind}})
+		wg.Go(func() { c.breakWith(&fault{peers: in, relayed: true, err: &comm.FaultError{Msg: msg, Kind: kind}}) })
 	}
+	wg.Wait()
 	w.abort(fmt.Errorf("mpi: %s", msg), nil, false)
 }
 
