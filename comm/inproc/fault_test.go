@@ -362,8 +362,8 @@ func TestStoppedRank(t *testing.T) {
 		peers  []int // the timed-out collective's Peers, on every survivor
 		msg    string
 	}{
-		{name: "2 ranks", n: 2, victim: 1, peers: []int{1}, msg: "timed out after 1s: rank 1 did not arrive"},
-		{name: "4 ranks, rank 0 stops", n: 4, victim: 0, peers: []int{0}, msg: "timed out after 1s: rank 0 did not arrive"},
+		{name: "2 ranks", n: 2, victim: 1, peers: []int{1}, msg: "timed out after 2s: rank 1 did not arrive"},
+		{name: "4 ranks, rank 0 stops", n: 4, victim: 0, peers: []int{0}, msg: "timed out after 2s: rank 0 did not arrive"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			before := runtime.NumGoroutine()
@@ -373,7 +373,7 @@ func TestStoppedRank(t *testing.T) {
 			returned := make(chan struct{})
 			go func() {
 				defer close(returned)
-				runErr = New(tc.n, Options{Timeout: time.Second, Grace: 500 * time.Millisecond}).Run(func(c comm.Comm) error {
+				runErr = New(tc.n, Options{Timeout: 2 * time.Second, Grace: 500 * time.Millisecond}).Run(func(c comm.Comm) error {
 					ctx := context.Background()
 					buf := make([]float32, 4)
 					for i := 0; ; i++ {
@@ -390,7 +390,7 @@ func TestStoppedRank(t *testing.T) {
 			}()
 			select {
 			case <-returned:
-			case <-time.After(60 * time.Second): // generous: the job ends after ~1.5s
+			case <-time.After(60 * time.Second): // generous: the job ends after ~2.5s
 				close(stopped)
 				t.Fatal("Run did not return 60s after a rank stopped")
 			}

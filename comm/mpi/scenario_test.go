@@ -68,12 +68,12 @@ var scenarios = []scenario{
 		// ends (mpirun kills the stopped process too).
 		name: "stopped",
 		want: []string{
-			"rank 0 Wait: comm: all_reduce #2 on world (rank 0 of 2): timed out after 1s: rank 1 did not arrive (stopped or hung: no answer within 1s)",
+			"rank 0 Wait: comm: all_reduce #2 on world (rank 0 of 2): timed out after 2s: rank 1 did not arrive (stopped or hung: no answer within 1s)",
 			"rank 0 is-timeout=true peers=[1]",
 			"MPI_Abort",
 		},
 		code: AbortCode,
-		opts: Options{Timeout: time.Second, AbortGrace: 300 * time.Millisecond},
+		opts: Options{Timeout: 2 * time.Second, AbortGrace: 300 * time.Millisecond},
 		run:  stopRank1,
 	},
 	{
@@ -83,14 +83,14 @@ var scenarios = []scenario{
 		name: "stopped-np3",
 		np:   3,
 		want: []string{
-			"rank 0 Wait: comm: all_reduce #2 on world (rank 0 of 3): timed out after 1s: rank 1 did not arrive (stopped or hung",
+			"rank 0 Wait: comm: all_reduce #2 on world (rank 0 of 3): timed out after 2s: rank 1 did not arrive (stopped or hung",
 			"rank 0 is-timeout=true peers=[1]",
 			"rank 2 Wait: comm: all_reduce #2 on world (rank 2 of 3): ",
 			"rank 2 is-timeout=true peers=[1]",
 		},
 		not:  []string{"rank 2 did not arrive", "rank 0 did not arrive"},
 		code: AbortCode,
-		opts: Options{Timeout: time.Second, AbortGrace: time.Second},
+		opts: Options{Timeout: 2 * time.Second, AbortGrace: time.Second},
 		run:  stopRank1,
 	},
 	{
@@ -100,12 +100,12 @@ var scenarios = []scenario{
 		name: "stopped-relayed",
 		np:   3,
 		want: []string{
-			"rank 0 Wait: comm: all_reduce #2 on world (rank 0 of 3): timed out after 1s: rank 1 did not arrive (stopped or hung",
-			"rank 2 Wait: comm: all_reduce #2 on world (rank 2 of 3): world rank 0 gave up: comm: all_reduce #2 on world (rank 0 of 3): timed out after 1s: rank 1 did not arrive",
+			"rank 0 Wait: comm: all_reduce #2 on world (rank 0 of 3): timed out after 2s: rank 1 did not arrive (stopped or hung",
+			"rank 2 Wait: comm: all_reduce #2 on world (rank 2 of 3): world rank 0 gave up: comm: all_reduce #2 on world (rank 0 of 3): timed out after 2s: rank 1 did not arrive",
 			"rank 2 is-timeout=true peers=[1]",
 		},
 		code:     AbortCode,
-		opts:     Options{Timeout: time.Second, AbortGrace: 2 * time.Second},
+		opts:     Options{Timeout: 2 * time.Second, AbortGrace: 2 * time.Second},
 		rankOpts: map[int]Options{2: {Timeout: 50 * time.Second, AbortGrace: 2 * time.Second}},
 		run:      stopRank1,
 	},
@@ -116,13 +116,13 @@ var scenarios = []scenario{
 		name: "stopped-behind",
 		np:   3,
 		want: []string{
-			"rank 0 Wait: comm: all_reduce #1 on group[0 1] (rank 0 of 2): timed out after 1s: rank 1 (world rank 1) did not arrive (waiting in all_reduce #1 on group[1 2] for ",
+			"rank 0 Wait: comm: all_reduce #1 on group[0 1] (rank 0 of 2): timed out after 2s: rank 1 (world rank 1) did not arrive (waiting in all_reduce #1 on group[1 2] for ",
 			", where rank 1 (world rank 2) did not arrive (stopped or hung: no answer within 1s))",
 			"rank 1 Wait: comm: all_reduce #1 on group[1 2] (rank 0 of 2): world rank 0 gave up: ",
 			"rank 1 is-timeout=true peers=[1]", // world rank 2, the one that stopped
 		},
 		code:     AbortCode,
-		opts:     Options{Timeout: time.Second, AbortGrace: 2 * time.Second},
+		opts:     Options{Timeout: 2 * time.Second, AbortGrace: 2 * time.Second},
 		rankOpts: map[int]Options{1: {Timeout: 50 * time.Second, AbortGrace: 2 * time.Second}},
 		run: func(w *World) error {
 			c := w.Comm()
