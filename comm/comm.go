@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 
 	"github.com/dszero/dszero/device"
 )
@@ -85,13 +86,27 @@ type Handle interface {
 	Wait() error
 }
 
-// WaitAll waits for every handle, in order, and returns their errors joined.
+// WaitAll waits for every handle, in order, and returns their errors
+// joined. When a communicator breaks, every collective queued on it fails
+// with the same cause; WaitAll reports each cause once, with the first
+// collective that failed with it.
 func WaitAll(hs ...Handle) error {
 	var errs []error
+	var causes []*FaultError // of the errors kept
 	for _, h := range hs {
-		if err := h.Wait(); err != nil {
-			errs = append(errs, err)
+		err := h.Wait()
+		if err == nil {
+			continue
 		}
+		if e, ok := err.(*Error); ok {
+			if f, ok := e.Err.(*FaultError); ok {
+				if slices.Contains(causes, f) {
+					continue
+				}
+				causes = append(causes, f)
+			}
+		}
+		errs = append(errs, err)
 	}
 	return errors.Join(errs...)
 }

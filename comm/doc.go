@@ -47,12 +47,18 @@
 //     hybrid sharding: shard groups of consecutive ranks, and replica groups
 //     across them.
 //   - Timeout and failure: every collective completes or fails within the
-//     communicator's timeout. A rank that fails, panics, exits or never
-//     arrives makes the others' collectives return a *Error that names the
-//     collective, its sequence number and the ranks at fault, wrapping
-//     ErrTimeout, ErrRankFailed, ErrRankExited or ErrMismatch. A
-//     communicator that has failed stays failed; there is no recovery in
-//     place (as with NCCL's abort).
+//     communicator's timeout (DefaultTimeout, 30 minutes as DeepSpeed's
+//     and torch's, unless the backend's options say otherwise; dszero
+//     train --comm-timeout). A rank that fails, panics, exits, stops or
+//     never arrives makes the others' collectives return a *Error that
+//     names the collective, its sequence number and the ranks at fault —
+//     for a timeout, the ranks that did not arrive, and what they were
+//     doing when the backend can tell (TimedOut) — wrapping ErrTimeout,
+//     ErrRankFailed, ErrRankExited or ErrMismatch. Every live rank fails;
+//     none waits silently for a rank that will not come. A communicator
+//     that has failed stays failed; there is no recovery in place (as with
+//     NCCL's abort). The step is the caller's to name: package train wraps
+//     each error with it.
 //   - Traffic: what each rank moved, per communicator and per collective
 //     kind, in the nominal bytes of NominalTraffic, so reports do not depend
 //     on the backend.

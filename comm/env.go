@@ -41,8 +41,12 @@ type Env struct {
 	WorldSize      int
 	LocalRank      int    // rank among the processes of this machine; -1 when the launcher did not say
 	LocalWorldSize int    // processes on this machine; -1 when the launcher did not say
-	MasterAddr     string // MASTER_ADDR, "" when unset
-	MasterPort     int    // MASTER_PORT, 0 when unset
+	MasterAddr     string // MASTER_ADDR, "" when unset (or ignored)
+	MasterPort     int    // MASTER_PORT, 0 when unset (or ignored)
+	// Warnings are problems ParseEnv let pass because they do not matter
+	// to this launcher (MASTER_ADDR without MASTER_PORT under mpirun); a
+	// launcher prints them once.
+	Warnings []string
 }
 
 // The variables ParseEnv reads.
@@ -88,7 +92,11 @@ func EnvMap(environ []string) map[string]string {
 //     WorldSize, LocalRank ≤ Rank, and WorldSize−Rank ≥
 //     LocalWorldSize−LocalRank (a machine's local ranks are a subset of the
 //     global ones, in the same order).
-//   - MASTER_ADDR and MASTER_PORT come together.
+//   - MASTER_ADDR and MASTER_PORT come together, an address not empty, a
+//     port in range. Under Open MPI, whose OMPI_COMM_WORLD_* variables
+//     name the job, a broken rendezvous pair is a warning instead: many
+//     clusters' (and DeepSpeed's) environments export MASTER_ADDR alone,
+//     and mpirun passes it on. Both are then ignored (left empty).
 //
 // With no launcher variables the result is rank 0 of 1, local rank 0 of 1.
 func ParseEnv(env map[string]string) (Env, error) {
@@ -116,7 +124,8 @@ func ParseEnv(env map[string]string) (Env, error) {
 	if e.Launcher != NoLauncher {
 		p.consistent(e)
 	}
-	e.MasterAddr, e.MasterPort = p.master()
+	e.MasterAddr, e.MasterPort = p.master(e.Launcher == OpenMPI)
+	e.Warnings = p.warnings
 	if len(p.problems) > 0 {
 		return Env{}, fmt.Errorf("comm: launcher environment: %w", errors.Join(p.problems...))
 	}
@@ -126,6 +135,7 @@ func ParseEnv(env map[string]string) (Env, error) {
 type envParser struct {
 	env      map[string]string
 	problems []error
+	warnings []string
 	bad      bool // some value did not parse: skip the consistency checks
 }
 
@@ -245,24 +255,43 @@ func (p *envParser) consistent(e Env) {
 	}
 }
 
-func (p *envParser) master() (string, int) {
+// master reads MASTER_ADDR and MASTER_PORT. With lenient (Open MPI, which
+// does not use them) their problems are warnings and the pair is ignored.
+func (p *envParser) master(lenient bool) (string, int) {
 	addr, hasAddr := p.env[EnvMasterAddr]
-	port, hasPort := p.int(EnvMasterPort, 1)
-	if hasAddr && strings.TrimSpace(addr) == "" {
-		p.problem("%s is empty", EnvMasterAddr)
+	portStr, hasPort := p.env[EnvMasterPort]
+	var problems []string
+	port, err := strconv.Atoi(strings.TrimSpace(portStr))
+	switch {
+	case !hasPort:
+	case err != nil:
+		problems = append(problems, fmt.Sprintf("%s=%q is not an integer", EnvMasterPort, portStr))
+	case port < 1 || port > 65535:
+		problems = append(problems, fmt.Sprintf("%s=%d is not a port (1..65535)", EnvMasterPort, port))
 	}
-	if hasPort && port > 65535 {
-		p.problem("%s=%d is not a port (1..65535)", EnvMasterPort, port)
+	if hasAddr && strings.TrimSpace(addr) == "" {
+		problems = append(problems, EnvMasterAddr+" is empty")
 	}
 	if hasAddr != hasPort {
 		set, unset := EnvMasterAddr, EnvMasterPort
 		if hasPort {
 			set, unset = unset, set
 		}
-		p.problem("%s is set but %s is not", set, unset)
+		problems = append(problems, fmt.Sprintf("%s is set but %s is not", set, unset))
 	}
-	if port < 0 {
-		port = 0
+	switch {
+	case len(problems) == 0:
+		if !hasPort {
+			port = 0
+		}
+		return strings.TrimSpace(addr), port
+	case lenient:
+		p.warnings = append(p.warnings, fmt.Sprintf("%s: ignored, since mpirun's OMPI_COMM_WORLD_* variables name the job",
+			strings.Join(problems, "; ")))
+	default:
+		for _, m := range problems {
+			p.problem("%s", m)
+		}
 	}
-	return strings.TrimSpace(addr), port
+	return "", 0
 }

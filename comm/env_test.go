@@ -98,6 +98,23 @@ func TestParseEnv(t *testing.T) {
 		env:  map[string]string{"RANK": "0", "WORLD_SIZE": "1", "MASTER_ADDR": "h"},
 		errs: []string{"MASTER_ADDR is set but MASTER_PORT is not"},
 	}, {
+		name: "master address without port under mpirun: a warning, and ignored",
+		env: map[string]string{"OMPI_COMM_WORLD_RANK": "0", "OMPI_COMM_WORLD_SIZE": "2",
+			"OMPI_COMM_WORLD_LOCAL_RANK": "0", "OMPI_COMM_WORLD_LOCAL_SIZE": "2", "MASTER_ADDR": "node17"},
+		want: comm.Env{Launcher: comm.OpenMPI, Rank: 0, WorldSize: 2, LocalRank: 0, LocalWorldSize: 2,
+			Warnings: []string{"MASTER_ADDR is set but MASTER_PORT is not: ignored, since mpirun's OMPI_COMM_WORLD_* variables name the job"}},
+	}, {
+		name: "mpirun with DeepSpeed's torchrun variables and a bad rendezvous pair",
+		env: map[string]string{"OMPI_COMM_WORLD_RANK": "1", "OMPI_COMM_WORLD_SIZE": "2",
+			"OMPI_COMM_WORLD_LOCAL_RANK": "1", "OMPI_COMM_WORLD_LOCAL_SIZE": "2",
+			"RANK": "1", "WORLD_SIZE": "2", "MASTER_ADDR": "", "MASTER_PORT": "99999"},
+		want: comm.Env{Launcher: comm.OpenMPI, Rank: 1, WorldSize: 2, LocalRank: 1, LocalWorldSize: 2,
+			Warnings: []string{"MASTER_PORT=99999 is not a port (1..65535); MASTER_ADDR is empty: ignored, since mpirun's OMPI_COMM_WORLD_* variables name the job"}},
+	}, {
+		name: "master address without port under torchrun variables alone stays an error",
+		env:  map[string]string{"RANK": "0", "WORLD_SIZE": "2", "LOCAL_RANK": "0", "MASTER_ADDR": "node17"},
+		errs: []string{"MASTER_ADDR is set but MASTER_PORT is not"},
+	}, {
 		name: "port out of range",
 		env:  map[string]string{"MASTER_ADDR": "h", "MASTER_PORT": "70000"},
 		errs: []string{"MASTER_PORT=70000 is not a port"},

@@ -116,7 +116,9 @@ type Config struct {
 	// Workers bounds each rank's goroutines for the model and the
 	// optimizer; 0 means GOMAXPROCS divided among the ranks.
 	Workers int
-	// Timeout bounds every collective (0: inproc.DefaultTimeout).
+	// Timeout bounds every collective (0: comm.DefaultTimeout, 30 minutes);
+	// a rank that stops makes the others fail within it, naming it (see
+	// package comm).
 	Timeout time.Duration
 	// Warn receives the engine's warnings (zero.CheckPlan), once (with
 	// Comm, on rank 0 only), and stage 3's trace warnings (rank 0's).

@@ -8,8 +8,10 @@ import (
 	"os"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/dszero/dszero/blas"
+	"github.com/dszero/dszero/comm"
 	"github.com/dszero/dszero/dsconfig"
 	"github.com/dszero/dszero/internal/fdiff"
 	"github.com/dszero/dszero/mem"
@@ -229,6 +231,56 @@ func TestRankFailure(t *testing.T) {
 	var oom *mem.OOMError
 	if !errors.As(err, &oom) || oom.Rank != 1 || !strings.HasPrefix(err.Error(), "rank 1: ") || strings.Contains(err.Error(), "rank 0:") {
 		t.Errorf("want rank 1's out-of-memory error alone, got %v", err)
+	}
+}
+
+// stalling serves gptSamples, except that rank victim stops for good when
+// it asks for step stopAt's data (a hung data loader, a deadlock).
+type stalling struct {
+	gptSamples
+	victim, stopAt int
+	stopped        chan struct{}
+}
+
+func (s stalling) Micro(step, micro, rank int, in, tg []int32) {
+	if rank == s.victim && step == s.stopAt {
+		<-s.stopped
+	}
+	s.gptSamples.Micro(step, micro, rank, in, tg)
+}
+
+// TestStoppedRankTimesOut: a rank that stops during step 3 makes the run
+// fail within the communicator timeout (2s here), naming the step, the
+// collective and the rank that did not arrive, and naming the stopped rank
+// as stopped or hung, instead of waiting for it forever.
+func TestStoppedRankTimesOut(t *testing.T) {
+	g := loadGPT(t)
+	plan, err := dsconfig.Load(harnessJSON(2, 2, 2, 20000, true), dsconfig.Options{WorldSize: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	devs := []Device{{mem.NewAccountant(0), g.gemm}, {mem.NewAccountant(1), g.gemm}}
+	stopped := make(chan struct{})
+	defer close(stopped)
+	done := make(chan error, 1)
+	go func() {
+		_, err := Run(Config{Plan: plan, Model: g.cfg, Init: g.init, Batches: stalling{gptSamples{g.tokens, 2, 2, 2}, 1, 2, stopped}, SeqLen: 32, Steps: 5,
+			Devices: devs, Workers: 1, Timeout: 2 * time.Second}, nil)
+		done <- err
+	}()
+	select {
+	case err = <-done:
+	case <-time.After(2 * time.Minute): // generous: the run ends ~7s after the stop
+		t.Fatal("Run did not return 2 minutes after rank 1 stopped")
+	}
+	t.Log(err)
+	for _, want := range []string{"rank 0: step 3", "on world (rank 0 of 2): timed out after 2s: rank 1 did not arrive", "rank 1: stopped or hung"} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("error lacks %q", want)
+		}
+	}
+	if !errors.Is(err, comm.ErrTimeout) {
+		t.Errorf("error is not a comm.ErrTimeout: %v", err)
 	}
 }
 

@@ -3,6 +3,8 @@ package main
 import (
 	"errors"
 	"fmt"
+	"io"
+	"time"
 
 	"github.com/dszero/dszero/comm"
 	"github.com/dszero/dszero/comm/mpi"
@@ -26,9 +28,11 @@ type launch struct {
 // OMPI_COMM_WORLD_SIZE, or torchrun's WORLD_SIZE with RANK; otherwise the
 // job is --nproc ranks in this process. Under a launcher the world size is
 // the launcher's, and an explicit --nproc that differs is an error. Open
-// MPI initialises MPI here (call finalize at the end); torchrun is
-// accepted for a world of one only, since dszero has no TCP rendezvous yet.
-func newLaunch(environ map[string]string, nproc int, nprocSet bool) (*launch, error) {
+// MPI initialises MPI here (call finalize at the end) with timeout
+// (--comm-timeout; 0: comm.DefaultTimeout) bounding every collective;
+// rank 0 writes the environment's warnings to warn. torchrun is accepted
+// for a world of one only, since dszero has no TCP rendezvous yet.
+func newLaunch(environ map[string]string, nproc int, nprocSet bool, timeout time.Duration, warn io.Writer) (*launch, error) {
 	_, ompi := environ[comm.EnvOMPISize]
 	_, rank := environ[comm.EnvRank]
 	_, size := environ[comm.EnvWorldSize]
@@ -41,6 +45,11 @@ func newLaunch(environ map[string]string, nproc int, nprocSet bool) (*launch, er
 	env, err := comm.ParseEnv(environ)
 	if err != nil {
 		return nil, err
+	}
+	if env.Rank == 0 {
+		for _, w := range env.Warnings {
+			fmt.Fprintf(warn, "dszero train: warning: %s\n", w)
+		}
 	}
 	l := &launch{env: env, size: env.WorldSize}
 	if nprocSet && nproc != env.WorldSize {
@@ -55,7 +64,7 @@ func newLaunch(environ map[string]string, nproc int, nprocSet bool) (*launch, er
 	case !mpiBuilt:
 		return nil, errNoMPI
 	}
-	if l.world, err = mpi.Init(mpi.Options{}); err != nil {
+	if l.world, err = mpi.Init(mpi.Options{Timeout: timeout}); err != nil {
 		return nil, err
 	}
 	if c := l.world.Comm(); c.Rank() != env.Rank || c.Size() != env.WorldSize {
@@ -102,12 +111,23 @@ func (l *launch) ranks() []int {
 func (l *launch) lead() bool { return !l.external() || l.env.Rank == 0 }
 
 // finalize ends MPI, collectively; a no-op without it. Call it on success
-// only: a rank that fails exits without it, so that mpirun ends the whole
-// job at once instead of the other ranks waiting in MPI_Finalize or in a
-// collective until their timeout.
+// only: a rank that fails exits without it (after awaitAbort), so that
+// mpirun ends the whole job at once instead of the other ranks waiting in
+// MPI_Finalize or in a collective until their timeout.
 func (l *launch) finalize() error {
 	if l.world == nil {
 		return nil
 	}
 	return l.world.Finalize()
+}
+
+// awaitAbort is for a rank that failed, after it has printed why: when a
+// collective failed (a timeout, a rank that stopped) the job is being
+// aborted, and it waits for MPI_Abort, so that the other ranks, told of the
+// failure, print theirs too before mpirun ends the job; otherwise, and
+// without MPI, it returns at once.
+func (l *launch) awaitAbort() {
+	if l.world != nil {
+		l.world.AwaitAbort()
+	}
 }

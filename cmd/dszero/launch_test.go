@@ -1,9 +1,11 @@
 package main
 
 import (
+	"io"
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/dszero/dszero/comm"
 )
@@ -32,8 +34,11 @@ func TestLaunch(t *testing.T) {
 		{env: ompi(0, 2), nproc: 3, nprocSet: true, err: "--nproc 3 conflicts with the world size 2 that mpirun"},
 		{env: map[string]string{comm.EnvOMPISize: "2"}, nproc: 1, err: "partial"},
 		{env: nil, nproc: 0, nprocSet: true, err: "--nproc 0"},
+		// torchrun's rendezvous pair must be whole (under mpirun it need
+		// not: TestTrainMPIMasterAddr).
+		{env: map[string]string{comm.EnvRank: "0", comm.EnvWorldSize: "1", comm.EnvMasterAddr: "node17"}, nproc: 1, err: "MASTER_ADDR is set but MASTER_PORT is not"},
 	} {
-		l, err := newLaunch(tc.env, tc.nproc, tc.nprocSet)
+		l, err := newLaunch(tc.env, tc.nproc, tc.nprocSet, time.Minute, io.Discard)
 		switch {
 		case tc.err != "" && (err == nil || !strings.Contains(err.Error(), tc.err)):
 			t.Errorf("%v --nproc %d: error %v, want %q", tc.env, tc.nproc, err, tc.err)
@@ -42,5 +47,19 @@ func TestLaunch(t *testing.T) {
 		case tc.err == "" && (l.size != tc.size || l.external() || len(l.ranks()) != tc.size):
 			t.Errorf("%v --nproc %d: %d ranks, want %d in this process", tc.env, tc.nproc, l.size, tc.size)
 		}
+	}
+}
+
+// TestCommTimeoutFlag: dszero train refuses a --comm-timeout that is not
+// positive, before training, as a usage error.
+func TestCommTimeoutFlag(t *testing.T) {
+	for _, arg := range []string{"0", "-5s"} {
+		code, out, errs := runCLI("train", "--quiet", "--model", "tiny", "--steps", "1", "--comm-timeout", arg)
+		if code != 2 || !strings.Contains(errs, "want a positive duration") || strings.Contains(out, "step ") {
+			t.Errorf("--comm-timeout %s: exit %d\n%s%s", arg, code, out, errs)
+		}
+	}
+	if code, _, errs := runCLI("train", "--comm-timeout", "soon"); code != 2 || !strings.Contains(errs, "invalid value \"soon\" for flag -comm-timeout") {
+		t.Errorf("--comm-timeout soon: exit %d\n%s", code, errs)
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"strings"
+	"time"
 
 	"github.com/dszero/dszero/comm"
 	"github.com/dszero/dszero/model/gpt"
@@ -32,6 +33,7 @@ func runTrain(args []string, stdout, stderr io.Writer) (code int) {
 	// launch.finalize).
 	defer func() {
 		if code != 0 {
+			j.l.awaitAbort()
 			return
 		}
 		if err := j.l.finalize(); err != nil {
@@ -72,6 +74,7 @@ type trainFlags struct {
 	saveDir                      string
 	saveEvery                    int
 	loadDir                      string
+	commTimeout                  time.Duration
 	nproc                        int
 	nprocSet                     bool // --nproc or --num_gpus was given
 	hf                           *hfOptions
@@ -128,6 +131,7 @@ func parseTrainFlags(args []string, stderr io.Writer) (*trainFlags, error) {
 		"save", "output_dir")
 	every := aliasVar(fs, &f.saveEvery, atLeast(0, "steps"), "steps between checkpoints (with --save; 0: only after the last step)", "save-interval", "save_steps")
 	fs.StringVar(&f.loadDir, "load", "", "resume from this checkpoint directory's latest checkpoint (--steps is then the total)")
+	fs.DurationVar(&f.commTimeout, "comm-timeout", comm.DefaultTimeout, "a collective that does not complete within this fails every rank, naming the step, the collective and the ranks that did not arrive (DeepSpeed's and torch's default)")
 	var resume string
 	fs.StringVar(&resume, "resume_from_checkpoint", "", `HF's flag: "true" resumes from the latest checkpoint under --output_dir (--save), a path from that checkpoint directory (as --load)`)
 	procs := aliasVar(fs, &f.nproc, atLeast(1, "ranks"), "data-parallel ranks, run in this process (the plan's world size); under mpirun, one rank per process instead",
@@ -159,6 +163,8 @@ func parseTrainFlags(args []string, stderr io.Writer) (*trainFlags, error) {
 		return nil, usagef("--fsdp-config (Accelerate) and --fsdp_config (Trainer) are two dialects; give one")
 	case f.fsdp().given() && f.cfgPath != "":
 		return nil, usagef("--deepspeed and an FSDP setup (--fsdp-config, --fsdp) both say how to shard; give one")
+	case f.commTimeout <= 0:
+		return nil, usagef("--comm-timeout %v: want a positive duration, e.g. 30m or 90s", f.commTimeout)
 	case every.set() && !save.set():
 		return nil, usagef("--%s %d needs --save DIR (or --output_dir) to write the checkpoints to", every.by, f.saveEvery)
 	}
@@ -186,7 +192,7 @@ func (j *trainJob) launch() error {
 			nproc, nprocSet = j.fp.NumProcesses, true
 		}
 	}
-	l, err := newLaunch(comm.EnvMap(os.Environ()), nproc, nprocSet)
+	l, err := newLaunch(comm.EnvMap(os.Environ()), nproc, nprocSet, f.commTimeout, j.stderr)
 	if err != nil {
 		return err
 	}

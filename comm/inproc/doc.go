@@ -37,7 +37,10 @@
 // not reached the barrier), from a cancelled context, from a mismatch, or
 // from Options.Inject. A rank whose collective fails waits until no rank
 // is inside its move phase, so an error, like success, hands the buffers
-// back untouched by others.
+// back untouched by others. A rank that stops for good outside any
+// collective cannot be ended from outside; once the job has failed, Run
+// waits for it a bounded time (Options.Grace after a timeout named it) and
+// returns without it, reporting it as stopped or hung.
 //
 // Fault injection. Options.Inject is asked before each collective on each
 // rank; its Fault can delay the rank (Delay: a slow rank, or one that never

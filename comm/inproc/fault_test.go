@@ -348,3 +348,69 @@ func TestArgumentErrorsPanic(t *testing.T) {
 		})
 	}
 }
+
+// TestStoppedRank: a rank that stops for good between collectives (here
+// blocked on a channel, as a hung hook or a deadlock in its own code would
+// be) cannot stall the others: their collective times out naming it, and
+// Run returns a grace period later without it, reporting it stopped or
+// hung. Before Run waited for every goroutine, so it never returned.
+func TestStoppedRank(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		n      int
+		victim int
+		peers  []int // the timed-out collective's Peers, on every survivor
+		msg    string
+	}{
+		{name: "2 ranks", n: 2, victim: 1, peers: []int{1}, msg: "timed out after 2s: rank 1 did not arrive"},
+		{name: "4 ranks, rank 0 stops", n: 4, victim: 0, peers: []int{0}, msg: "timed out after 2s: rank 0 did not arrive"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			before := runtime.NumGoroutine()
+			stopped := make(chan struct{}) // never closed while the test runs
+			survivors := make([]error, tc.n)
+			var runErr error
+			returned := make(chan struct{})
+			go func() {
+				defer close(returned)
+				runErr = New(tc.n, Options{Timeout: 2 * time.Second, Grace: 500 * time.Millisecond}).Run(func(c comm.Comm) error {
+					ctx := context.Background()
+					buf := make([]float32, 4)
+					for i := 0; ; i++ {
+						if c.Rank() == tc.victim && i == 2 {
+							<-stopped // the rank stops here, between collectives
+							return nil
+						}
+						if err := c.AllReduce(ctx, comm.F32(buf), comm.Sum).Wait(); err != nil {
+							survivors[c.Rank()] = err
+							return err
+						}
+					}
+				})
+			}()
+			select {
+			case <-returned:
+			case <-time.After(60 * time.Second): // generous: the job ends after ~2.5s
+				close(stopped)
+				t.Fatal("Run did not return 60s after a rank stopped")
+			}
+			for r, err := range survivors {
+				if r == tc.victim {
+					continue
+				}
+				var ce *comm.Error
+				if !errors.As(err, &ce) || !errors.Is(err, comm.ErrTimeout) || ce.Seq != 3 || !slices.Equal(ce.Peers, tc.peers) {
+					t.Errorf("rank %d: %v, want a timeout of all_reduce #3 naming %v", r, err, tc.peers)
+				} else if !strings.Contains(err.Error(), "all_reduce #3 on world") || !strings.Contains(err.Error(), tc.msg) {
+					t.Errorf("rank %d: error lacks %q: %v", r, tc.msg, err)
+				}
+			}
+			want := fmt.Sprintf("rank %d: stopped or hung: a collective timed out waiting for it, and it did not return within 500ms after", tc.victim)
+			if runErr == nil || !strings.Contains(runErr.Error(), want) || !errors.Is(runErr, comm.ErrTimeout) {
+				t.Errorf("Run = %v, want it to report %q", runErr, want)
+			}
+			close(stopped) // let the victim go, so that nothing leaks
+			checkNoLeak(t, before)
+		})
+	}
+}

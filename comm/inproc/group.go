@@ -94,6 +94,7 @@ func (g *group) abortLocked(f *fault) {
 	if g.fault == nil {
 		g.fault = f
 		close(g.aborted)
+		g.job.broke()
 	}
 }
 
@@ -210,28 +211,28 @@ func (g *group) wait(rd *round, ph int, w *waiter) *fault {
 }
 
 // timedOut breaks the group naming the ranks that have not reached phase
-// ph, unless the phase completed meanwhile.
+// ph, unless the phase completed meanwhile, and tells the job (Run waits
+// for them only a grace period more).
 func (g *group) timedOut(rd *round, ph int, w *waiter, cause error) {
 	g.mu.Lock()
-	defer g.mu.Unlock()
-	var missing []int
+	var missing, worldRanks []int
 	for r, n := range rd.reached {
 		if int(n) <= ph {
 			missing = append(missing, r)
+			worldRanks = append(worldRanks, g.members[r])
 		}
 	}
 	if len(missing) == 0 {
+		g.mu.Unlock()
 		return
 	}
-	verb := "did not arrive"
-	if ph == phaseDone {
-		verb = "did not finish"
+	stragglers := make([]comm.Straggler, len(missing))
+	for i, r := range missing {
+		stragglers[i].Rank = r
 	}
-	g.abortLocked(&fault{peers: missing, err: &comm.FaultError{
-		Msg:   fmt.Sprintf("timed out after %v: %s %s", w.budget, g.who(missing), verb),
-		Kind:  comm.ErrTimeout,
-		Cause: cause,
-	}})
+	g.abortLocked(&fault{peers: missing, err: comm.TimedOut(w.budget, g.name, g.members, stragglers, ph == phaseDone, cause)})
+	g.mu.Unlock()
+	g.job.named(worldRanks)
 }
 
 // sleep is an injected delay: it ends early, with the fault, when the group

@@ -10,15 +10,25 @@ import (
 	"github.com/dszero/dszero/comm"
 )
 
-// DefaultTimeout bounds every collective when Options.Timeout is zero.
-const DefaultTimeout = 5 * time.Minute
+// DefaultTimeout bounds every collective when Options.Timeout is zero
+// (comm.DefaultTimeout, 30 minutes).
+const DefaultTimeout = comm.DefaultTimeout
+
+// DefaultGrace is Options.Grace when zero.
+const DefaultGrace = 5 * time.Second
 
 // Options configure a World.
 type Options struct {
 	// Timeout bounds each collective on each rank, from the moment the rank
 	// starts it (after the collectives queued before it) until it completes;
 	// a context deadline that comes earlier wins. Zero means DefaultTimeout.
+	// A collective that times out names the ranks that did not arrive.
 	Timeout time.Duration
+
+	// Grace is how long Run still waits for a rank that a timed-out
+	// collective named as missing, after the timeout, before it returns
+	// without that rank (see Run). Zero means DefaultGrace.
+	Grace time.Duration
 
 	// Inject, when set, is asked before every collective on every rank
 	// (sub-communicators included) what fault to simulate there. It is
@@ -57,17 +67,22 @@ type World struct {
 	opts Options
 }
 
-// New is a world of n ranks. n < 1 or a negative timeout is a programmer
-// error and panics (validate --nproc before).
+// New is a world of n ranks. n < 1, a negative timeout or grace is a
+// programmer error and panics (validate --nproc and --comm-timeout
+// before).
 func New(n int, opts Options) *World {
 	if n < 1 {
 		panic(fmt.Sprintf("inproc: world of %d ranks", n))
 	}
-	if opts.Timeout < 0 {
-		panic(fmt.Sprintf("inproc: negative timeout %v", opts.Timeout))
+	var err error
+	if opts.Timeout, err = comm.CheckTimeout("inproc: timeout", opts.Timeout); err != nil {
+		panic(err.Error())
 	}
-	if opts.Timeout == 0 {
-		opts.Timeout = DefaultTimeout
+	if opts.Grace < 0 {
+		panic(fmt.Sprintf("inproc: negative grace %v", opts.Grace))
+	}
+	if opts.Grace == 0 {
+		opts.Grace = DefaultGrace
 	}
 	return &World{n: n, opts: opts}
 }
@@ -84,15 +99,27 @@ func (w *World) Size() int { return w.n }
 // to breaks at once: the other ranks' pending and later collectives there
 // fail with comm.ErrRankFailed naming it. When a rank's fn returns nil, its
 // queued collectives still run to completion; after that, collectives of
-// the others that need it fail with comm.ErrRankExited. Run returns only
-// after every goroutine it started has ended; a Comm must not be used after
-// its rank's fn has returned (calls fail with comm.ErrClosed).
+// the others that need it fail with comm.ErrRankExited. A Comm must not be
+// used after its rank's fn has returned (calls fail with comm.ErrClosed).
+//
+// A rank that stops — blocked forever outside any collective — cannot be
+// ended from outside its goroutine. Once the job has failed, Run therefore
+// waits for each rank a bounded time only: Options.Grace after a timed-out
+// collective named it as missing, and the communicator timeout after the
+// first failure for any other rank (a rank that reaches no collective in
+// that time would have been named missing by one). A rank that does not
+// return by then is reported as stopped or hung (its error wraps
+// comm.ErrTimeout), and Run returns without it: its goroutine is left
+// behind, blocked where it stopped, and must not be relied on. Otherwise
+// Run returns only after every goroutine it started has ended.
 func (w *World) Run(fn func(c comm.Comm) error) error {
 	j := &job{
-		w:      w,
-		groups: make([][]*group, w.n),
-		gone:   make([]*departure, w.n),
-		comms:  make([][]*rankComm, w.n),
+		w:       w,
+		groups:  make([][]*group, w.n),
+		gone:    make([]*departure, w.n),
+		comms:   make([][]*rankComm, w.n),
+		missing: make(map[int]time.Time),
+		failed:  make(chan struct{}),
 	}
 	members := make([]int, w.n)
 	for r := range members {
@@ -104,16 +131,47 @@ func (w *World) Run(fn func(c comm.Comm) error) error {
 	for r := range comms {
 		comms[r] = j.newRankComm(world, r)
 	}
-	errs := make([]error, w.n)
-	var wg sync.WaitGroup
+	type result struct {
+		rank int
+		err  error
+	}
+	// Buffered: a rank left behind may still send, long after Run returned.
+	results := make(chan result, w.n)
 	for r := range w.n {
-		wg.Add(1)
 		go func() {
-			defer wg.Done()
-			j.runRank(r, comms[r], fn, &errs[r])
+			var err error
+			defer func() { results <- result{r, err} }() // deferred: fn may runtime.Goexit
+			j.runRank(r, comms[r], fn, &err)
 		}()
 	}
-	wg.Wait()
+	errs := make([]error, w.n)
+	running := make([]bool, w.n)
+	for r := range running {
+		running[r] = true
+	}
+	failed := j.failed
+	var tick <-chan time.Time
+	for left := w.n; left > 0; {
+		select {
+		case res := <-results:
+			errs[res.rank], running[res.rank] = res.err, false
+			left--
+		case <-failed:
+			failed = nil // from now on each rank has a deadline; check them
+			t := time.NewTicker(20 * time.Millisecond)
+			defer t.Stop()
+			tick = t.C
+		case now := <-tick:
+			for r, run := range running {
+				if run {
+					if err := j.overdue(r, now); err != nil {
+						errs[r], running[r] = fmt.Errorf("rank %d: %w", r, err), false
+						left--
+					}
+				}
+			}
+		}
+	}
 	return errors.Join(errs...)
 }
 
@@ -126,7 +184,62 @@ type job struct {
 	groups [][]*group
 	gone   []*departure
 	comms  [][]*rankComm
+	// missing: when a timed-out collective first named each world rank
+	// as not arrived (or not finished).
+	missing map[int]time.Time
+
+	failOnce sync.Once
+	failedAt time.Time     // set before failed is closed
+	failed   chan struct{} // closed when the first group of the job breaks
 }
+
+// broke records that a group of the job broke (the first time counts).
+func (j *job) broke() {
+	j.failOnce.Do(func() {
+		j.failedAt = time.Now()
+		close(j.failed)
+	})
+}
+
+// named records that a timed-out collective found these world ranks
+// missing.
+func (j *job) named(worldRanks []int) {
+	now := time.Now()
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	for _, r := range worldRanks {
+		if _, ok := j.missing[r]; !ok {
+			j.missing[r] = now
+		}
+	}
+}
+
+// overdue is the error of world rank r still running at now, after the job
+// failed, past its deadline (see Run); nil while it may still return.
+func (j *job) overdue(r int, now time.Time) error {
+	j.mu.Lock()
+	at, named := j.missing[r]
+	j.mu.Unlock()
+	if named {
+		if now.Sub(at) < j.w.opts.Grace {
+			return nil
+		}
+		return &stuckError{fmt.Sprintf("a collective timed out waiting for it, and it did not return within %v after", j.w.opts.Grace)}
+	}
+	if now.Sub(j.failedAt) < j.w.opts.Timeout {
+		return nil
+	}
+	return &stuckError{fmt.Sprintf("it neither reached a collective nor returned within %v after the job failed", j.w.opts.Timeout)}
+}
+
+// stuckError is a rank that Run stopped waiting for.
+type stuckError struct{ why string }
+
+func (e *stuckError) Error() string {
+	return "stopped or hung: " + e.why + "; its goroutine is left behind"
+}
+
+func (e *stuckError) Unwrap() error { return comm.ErrTimeout }
 
 // departure is why a rank left: its fn failed, panicked or returned.
 type departure struct {

@@ -98,6 +98,34 @@ static int dsz_barrier(MPI_Comm c) { return MPI_Barrier(c); }
 
 static void dsz_abort(int code) { MPI_Abort(MPI_COMM_WORLD, code); }
 
+// The control channel's point-to-point calls (control.go): byte messages,
+// never blocking on a peer.
+
+// dsz_take receives the next message of any source and tag on c, if one
+// has arrived (*got = 0 otherwise): MPI_Improbe, then MPI_Mrecv into a
+// malloc'd buffer of *n bytes, which the caller frees.
+static int dsz_take(MPI_Comm c, int *got, int *source, int *tag, char **buf, int *n) {
+	MPI_Message m;
+	MPI_Status st;
+	*got = 0;
+	int rc = MPI_Improbe(MPI_ANY_SOURCE, MPI_ANY_TAG, c, got, &m, &st);
+	if (rc != MPI_SUCCESS || !*got) return rc;
+	rc = MPI_Get_count(&st, MPI_BYTE, n);
+	if (rc != MPI_SUCCESS) return rc;
+	*buf = malloc((size_t)(*n > 0 ? *n : 1));
+	*source = st.MPI_SOURCE;
+	*tag = st.MPI_TAG;
+	return MPI_Mrecv(*buf, *n, MPI_BYTE, &m, MPI_STATUS_IGNORE);
+}
+
+static int dsz_isend_bytes(const void *buf, int n, int dest, int tag, MPI_Comm c, MPI_Request *req) {
+	return MPI_Isend(buf, n, MPI_BYTE, dest, tag, c, req);
+}
+
+static int dsz_test(MPI_Request *req, int *done) {
+	return MPI_Test(req, done, MPI_STATUS_IGNORE);
+}
+
 static void dsz_error_string(int code, char *buf, int cap) {
 	char s[MPI_MAX_ERROR_STRING];
 	int n = 0;
@@ -244,6 +272,44 @@ func bcast(h handle, buf unsafe.Pointer, count int, t mpiType, root int) error {
 }
 
 func barrier(h handle) error { return check("MPI_Barrier", C.dsz_barrier(h)) }
+
+// request is an MPI point-to-point request in flight (MPI_Request).
+type request = C.MPI_Request
+
+// take receives the next control message on h, if one has arrived.
+func take(h handle) (msg []byte, source, tag int, ok bool, err error) {
+	var got, src, tg, n C.int
+	var buf *C.char
+	if err := check("MPI_Improbe/MPI_Mrecv", C.dsz_take(h, &got, &src, &tg, &buf, &n)); err != nil || got == 0 {
+		if buf != nil {
+			C.free(unsafe.Pointer(buf))
+		}
+		return nil, 0, 0, false, err
+	}
+	msg = C.GoBytes(unsafe.Pointer(buf), n)
+	C.free(unsafe.Pointer(buf))
+	return msg, int(src), int(tg), true, nil
+}
+
+// sendBytes starts sending msg to dest on h without waiting for dest: the
+// bytes are copied to C memory, which the returned free releases once
+// testSend says the send is done.
+func sendBytes(h handle, msg []byte, dest, tag int) (req request, free func(), err error) {
+	buf := C.CBytes(msg)
+	free = func() { C.free(buf) }
+	if err := check("MPI_Isend", C.dsz_isend_bytes(buf, C.int(len(msg)), C.int(dest), C.int(tag), h, &req)); err != nil {
+		free()
+		return req, nil, err
+	}
+	return req, free, nil
+}
+
+// testSend reports whether a send has completed (MPI_Test).
+func testSend(req *request) (bool, error) {
+	var done C.int
+	err := check("MPI_Test", C.dsz_test(req, &done))
+	return done != 0, err
+}
 
 // cints is a reusable []cint of length n.
 func cints(s *[]cint, n int) []cint {

@@ -3,6 +3,8 @@
 package mpi
 
 import (
+	"fmt"
+
 	"github.com/dszero/dszero/comm"
 	"github.com/dszero/dszero/device"
 )
@@ -46,7 +48,7 @@ func (c *communicator) run(x *call) *fault {
 	case comm.KindBarrier:
 		err = barrier(c.h)
 	case comm.KindSplit:
-		x.split, err = c.split(x.color, x.key)
+		x.split, err = c.split(x)
 	}
 	if err != nil {
 		return c.mpiFault(err)
@@ -87,6 +89,9 @@ func (c *communicator) allReduce(buf comm.Buffer, op comm.Op) error {
 	}
 	segLen := min(c.maxCount, n*max(1, c.scratchMax/(n-1)))
 	for lo := 0; lo < buf.Len(); lo += segLen {
+		if c.gone() {
+			return errGone
+		}
 		seg := buf.Slice(lo, min(lo+segLen, buf.Len()))
 		mlo, mhi := chunk(seg.Len(), n, me)
 		m := mhi - mlo
@@ -101,6 +106,9 @@ func (c *communicator) allReduce(buf comm.Buffer, op comm.Op) error {
 		if err := alltoallv(c.h, comm.Ptr(seg), sc, sd, comm.Ptr(recv), rc, rd, t); err != nil {
 			return err
 		}
+		if c.gone() {
+			return errGone
+		}
 		own := seg.Slice(mlo, mhi)
 		srcs := c.s.views(n)
 		for k := range n {
@@ -112,6 +120,9 @@ func (c *communicator) allReduce(buf comm.Buffer, op comm.Op) error {
 		}
 		comm.Reduce([]comm.Buffer{own}, srcs, op)
 		clear(srcs)
+		if c.gone() {
+			return errGone
+		}
 		if seg.Len()%n == 0 { // equal chunks: MPI_Allgather is faster than its v form
 			if err := allgather(c.h, nil, comm.Ptr(seg), m, t); err != nil {
 				return err
@@ -151,6 +162,9 @@ func (c *communicator) reduceScatter(out, in comm.Buffer, op comm.Op) error {
 		step = min(step, max(1, c.maxCount/n))
 	}
 	for a := 0; a < m; a += step {
+		if c.gone() {
+			return errGone
+		}
 		b := min(a+step, m)
 		s := b - a
 		send, stride := in.Slice(a, in.Len()), m // chunk k's segment at k·m
@@ -171,6 +185,9 @@ func (c *communicator) reduceScatter(out, in comm.Buffer, op comm.Op) error {
 		sc[me], rc[me], rd[me] = 0, 0, 0
 		if err := alltoallv(c.h, comm.Ptr(send), sc, sd, comm.Ptr(recv), rc, rd, typeOf(dt)); err != nil {
 			return err
+		}
+		if c.gone() {
+			return errGone
 		}
 		srcs := c.s.views(n)
 		for k := range n {
@@ -217,6 +234,9 @@ func (c *communicator) allGather(out, in comm.Buffer) error {
 		if err := allgather(c.h, comm.Ptr(in.Slice(a, b)), comm.Ptr(recv), s, typeOf(dt)); err != nil {
 			return err
 		}
+		if c.gone() {
+			return errGone
+		}
 		for k := range n {
 			if k != me || !inPlace {
 				comm.Copy(out.Slice(k*m+a, k*m+b), recv.Slice(k*s, (k+1)*s))
@@ -232,6 +252,9 @@ func (c *communicator) broadcast(buf comm.Buffer, root int) error {
 		return nil
 	}
 	for lo := 0; lo < buf.Len(); lo += c.maxCount {
+		if c.gone() {
+			return errGone
+		}
 		seg := buf.Slice(lo, min(lo+c.maxCount, buf.Len()))
 		if err := bcast(c.h, comm.Ptr(seg), seg.Len(), typeOf(buf.DType()), root); err != nil {
 			return err
@@ -242,12 +265,12 @@ func (c *communicator) broadcast(buf comm.Buffer, root int) error {
 
 // split is MPI_Comm_split; ties of key are ordered by rank, as comm.Comm
 // wants. A rank that passed comm.NoColor gets nil.
-func (c *communicator) split(color, key int) (*communicator, error) {
-	h, ok, err := split(c.h, color, key)
+func (c *communicator) split(x *call) (*communicator, error) {
+	h, ok, err := split(c.h, x.color, x.key)
 	if err != nil || !ok {
 		return nil, err
 	}
-	return c.w.newComm(h, false, c.maxCount, c.scratchMax, c.verify)
+	return c.w.newComm(h, fmt.Sprintf("%s/%d:%d", c.id, x.seq, x.color), false, c.maxCount, c.scratchMax, c.verify)
 }
 
 // scratch is a communicator's reusable memory, used by its worker only:

@@ -22,6 +22,7 @@ import (
 type communicator struct {
 	w          *World
 	h          handle
+	id         string // the same on every member (see newComm)
 	name       string // "world", or "group[…]" with world ranks
 	rank       int
 	members    []int // world ranks, by rank
@@ -35,14 +36,21 @@ type communicator struct {
 	fault   *fault            // the first failure; every later collective fails with it
 	traffic comm.Traffic
 	exited  chan struct{} // closed when the worker has returned
+	// How far this rank got, for the control channel's queries: the last
+	// sequence number issued, started by the worker (at startedAt), and
+	// completed.
+	issued, started, finished uint64
+	startedAt                 time.Time
 
 	s scratch // the worker's
 }
 
 var _ comm.Comm = (*communicator)(nil)
 
-// newComm wraps an MPI communicator and starts its worker.
-func (w *World) newComm(h handle, isWorld bool, maxCount, scratchMax int, verify bool) (*communicator, error) {
+// newComm wraps an MPI communicator and starts its worker. id names it
+// alike on every member, for the control channel: "world" for the world,
+// and for a split "<parent id>/<the split's sequence number>:<color>".
+func (w *World) newComm(h handle, id string, isWorld bool, maxCount, scratchMax int, verify bool) (*communicator, error) {
 	rank, members, err := describe(h)
 	if err != nil {
 		return nil, err
@@ -51,7 +59,7 @@ func (w *World) newComm(h handle, isWorld bool, maxCount, scratchMax int, verify
 	if !isWorld {
 		name = "group" + fmt.Sprint(members)
 	}
-	c := &communicator{w: w, h: h, name: name, rank: rank, members: members, maxCount: maxCount, scratchMax: scratchMax, verify: verify, exited: make(chan struct{})}
+	c := &communicator{w: w, h: h, id: id, name: name, rank: rank, members: members, maxCount: maxCount, scratchMax: scratchMax, verify: verify, exited: make(chan struct{})}
 	c.queue.Init(&c.mu)
 	if err := w.register(c); err != nil {
 		return nil, err
@@ -69,6 +77,7 @@ type call struct {
 
 	finished atomic.Bool
 	done     chan struct{} // closed by finish
+	left     chan struct{} // closed when the worker is done with the call's buffers
 	err      error
 	split    *communicator // split's result; nil for NoColor
 }
@@ -86,13 +95,18 @@ func (x *call) finish(err error) {
 	}
 }
 
-// fault is why a communicator broke: the ranks at fault (nil when MPI
-// cannot tell), what happened, and whether every rank saw the same fault
-// (a Verify mismatch), so the job can go on without an abort.
+// fault is why a communicator broke: the ranks at fault (of the
+// communicator, and when they are known elsewhere, the world ranks where
+// the stall began: roots), what happened, whether every rank saw the same
+// fault (a Verify mismatch), so the job can go on without an abort, and
+// whether it came from another rank's abort notice (so this rank does not
+// pass it on again).
 type fault struct {
-	peers  []int
-	err    error
-	agreed bool
+	peers   []int
+	roots   []int
+	err     error
+	agreed  bool
+	relayed bool
 }
 
 func (c *communicator) Rank() int { return c.rank }
@@ -150,11 +164,12 @@ func (c *communicator) issueCall(x *call) comm.Handle {
 	if x.ctx == nil {
 		x.ctx = context.Background()
 	}
-	x.done = make(chan struct{})
+	x.done, x.left = make(chan struct{}), make(chan struct{})
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	var closed bool
 	x.seq, closed = c.queue.NumberLocked()
+	c.issued = x.seq
 	switch {
 	case closed:
 		return comm.Done(c.errorFor(x, &fault{peers: []int{c.rank}, err: comm.ErrClosed}))
@@ -197,10 +212,12 @@ func (c *communicator) errorFor(x *call, f *fault) error {
 // fail too), and MPI_Abort follows after Options.AbortGrace — MPI cannot
 // cancel a collective, and the other ranks may be blocked in it.
 func (c *communicator) execute(x *call) {
+	defer close(x.left)
 	c.mu.Lock()
 	f := c.fault
 	if f == nil {
 		c.current = x
+		c.started, c.startedAt = x.seq, time.Now()
 	}
 	c.mu.Unlock()
 	if f != nil {
@@ -215,13 +232,14 @@ func (c *communicator) execute(x *call) {
 	if d, ok := x.ctx.Deadline(); ok {
 		budget = min(budget, time.Until(d))
 	}
-	timer := time.AfterFunc(budget, func() {
-		c.fail(x, &fault{err: &comm.FaultError{
-			Msg:  fmt.Sprintf("timed out after %v: some rank did not arrive or did not finish (MPI cannot say which)", budget),
-			Kind: comm.ErrTimeout,
-		}})
+	timer := time.AfterFunc(budget, func() { c.timedOut(x, budget, nil) })
+	stop := context.AfterFunc(x.ctx, func() {
+		if err := x.ctx.Err(); errors.Is(err, context.DeadlineExceeded) {
+			c.timedOut(x, budget, err)
+		} else {
+			c.fail(x, c.contextFault(err, budget))
+		}
 	})
-	stop := context.AfterFunc(x.ctx, func() { c.fail(x, c.contextFault(x.ctx.Err(), budget)) })
 	f = c.run(x)
 	timer.Stop()
 	stop()
@@ -233,6 +251,7 @@ func (c *communicator) execute(x *call) {
 	mine := c.current == x
 	if mine {
 		c.current = nil
+		c.finished = x.seq
 		c.traffic.Record(x.Kind, x.Counts(c.rank, c.Size()))
 	}
 	c.mu.Unlock()
@@ -260,12 +279,93 @@ func (c *communicator) fail(x *call, f *fault) {
 	c.mu.Unlock()
 	err := c.errorFor(x, f)
 	if !f.agreed {
-		c.w.abort(err)
+		culprits := f.roots
+		if culprits == nil {
+			culprits = c.worldRanks(f.peers)
+		}
+		c.w.abort(err, culprits, !f.relayed)
+	}
+	if f.relayed {
+		// Another rank gave up; this collective may be healthy, inside MPI
+		// or reducing into the caller's buffers. It stops at its next step
+		// (see gone); wait for that, a bounded time, so that the buffers are
+		// the caller's again when Wait returns. A collective stuck in MPI
+		// stays stuck; the job ends with MPI_Abort.
+		t := time.NewTimer(relayWait)
+		select {
+		case <-x.left:
+		case <-t.C:
+		}
+		t.Stop()
 	}
 	x.finish(err)
 	for _, q := range queued {
 		q.finish(c.errorFor(q, f))
 	}
+}
+
+// timedOut is the watchdog's timer: unless x has completed meanwhile, it
+// asks the other members how far they got (on the control channel, for up
+// to queryWindow), and fails x naming those that did not arrive. cause is
+// the context's error for a deadline, nil for the communicator's timeout.
+func (c *communicator) timedOut(x *call, budget time.Duration, cause error) {
+	c.mu.Lock()
+	mine := c.current == x
+	c.mu.Unlock()
+	if !mine {
+		return
+	}
+	missing, roots := c.stragglers(x.seq)
+	peers := make([]int, len(missing))
+	for i, s := range missing {
+		peers[i] = s.Rank
+	}
+	c.fail(x, &fault{peers: peers, roots: roots, err: comm.TimedOut(budget, c.name, c.members, missing, false, cause)})
+}
+
+// breakWith breaks the communicator with f (another rank's abort notice):
+// the collective inside MPI and every queued one fail with it, and later
+// ones fail at once. A communicator already broken keeps its fault.
+func (c *communicator) breakWith(f *fault) {
+	c.mu.Lock()
+	if c.fault != nil {
+		c.mu.Unlock()
+		return
+	}
+	if x := c.current; x != nil {
+		c.mu.Unlock()
+		c.fail(x, f)
+		return
+	}
+	c.fault = f
+	queued := c.queue.TakeAllLocked()
+	c.mu.Unlock()
+	for _, q := range queued {
+		q.finish(c.errorFor(q, f))
+	}
+}
+
+// errGone ends a collective whose call was taken from the worker.
+var errGone = errors.New("mpi: the collective was failed while it ran")
+
+// gone reports whether the call on the worker has been taken from it (by
+// the watchdog, or another rank's abort notice): its buffers are the
+// caller's again, and the worker must touch them no more — no further MPI
+// call on them, no reduction into them. The collectives check it before
+// each step.
+func (c *communicator) gone() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.current == nil
+}
+
+// worldRanks translates ranks of c to world ranks.
+func (c *communicator) worldRanks(ranks []int) []int {
+	out := make([]int, len(ranks))
+	for i, r := range ranks {
+		out[i] = c.members[r]
+	}
+	return out
 }
 
 // contextFault is the fault of this rank's context ending: a timeout for a

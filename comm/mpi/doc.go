@@ -2,7 +2,7 @@
 // Open MPI's mpirun, on one machine or several, and a collective moves data
 // through MPI.
 //
-//	w, err := mpi.Init(mpi.Options{Timeout: 5 * time.Minute})
+//	w, err := mpi.Init(mpi.Options{Timeout: 30 * time.Minute})
 //	if err != nil { … }
 //	defer w.Finalize()
 //	c := w.Comm() // the world: rank and size from mpirun
@@ -79,21 +79,35 @@
 // Failure. MPI has no timeouts and cannot cancel a collective that has
 // started: a rank blocked in MPI_Alltoallv stays blocked until its peers
 // arrive. So every collective runs under a watchdog: a timer (Options.
-// Timeout, or the context's deadline when earlier) and the context's
-// cancellation. When one fires while the collective is still inside MPI:
+// Timeout, comm.DefaultTimeout's 30 minutes unless set, or the context's
+// deadline when earlier) and the context's cancellation. When one fires
+// while the collective is still inside MPI:
 //
-//  1. Wait returns at once a *comm.Error naming the collective and its
-//     sequence number, wrapping comm.ErrTimeout (timer, deadline) or
-//     comm.ErrRankFailed (cancellation). MPI cannot say which rank is
-//     missing, so a timeout's Peers is empty.
+//  1. A timed-out rank asks the other members, on a control channel of
+//     its own (control.go), how far they got, and waits up to a second for
+//     the answers. Wait then returns a *comm.Error naming the collective,
+//     its sequence number and the ranks that did not arrive, with what
+//     each was doing: stopped or hung (no answer: SIGSTOP, a debugger),
+//     busy outside collectives, or waiting in another communicator's
+//     collective — followed there to the ranks it waits for, the root of
+//     the stall. It wraps comm.ErrTimeout (timer, deadline) or
+//     comm.ErrRankFailed (cancellation).
 //  2. The communicator is broken: the collectives queued behind fail with
 //     the same cause, and later ones fail at once.
-//  3. The message is written to Options.Log, and after Options.AbortGrace
+//  3. The rank tells every other rank (an abort notice on the control
+//     channel): each fails its own collectives in flight with that cause,
+//     so every live rank reports the failure, naming the ranks at fault,
+//     instead of waiting in a collective until the job is killed.
+//  4. The message is written to Options.Log, and after Options.AbortGrace
 //     the rank calls MPI_Abort(MPI_COMM_WORLD, AbortCode): mpirun kills
-//     every process of the job and exits with status 124. The peers may be
-//     blocked in the same collective forever; ending the job is the only
-//     way that never hangs. During the grace period MPI may still write the
-//     timed-out collective's buffers: use it to log, not to compute.
+//     every process of the job, a stopped one too, and exits with
+//     status 124. The peers may be blocked in the same collective
+//     forever; ending the job is the only way that never hangs.
+//     World.AwaitAbort lets a failing rank wait for it, so that its peers
+//     have the time to report.
+//     During the grace period a collective stuck in MPI may still write its
+//     buffers (a collective that is not stuck stops at its next step, see
+//     gone): use the grace to log, not to compute.
 //
 // An MPI call that returns an error (communicators use MPI_ERRORS_RETURN)
 // fails the collective with comm.ErrRankFailed and the MPI error, and also
@@ -110,6 +124,6 @@
 // Tests. The conformance suite of package commtest, a bit-for-bit
 // comparison with package inproc on the same inputs, sub-communicators,
 // segmenting (at 100 elements per MPI call), and the failure scenarios
-// (timeout, cancellation, a dying rank) run on real mpirun jobs that the
-// test launches itself (mpi_test.go explains how).
+// (timeout, a stopped rank, cancellation, a dying rank) run on real mpirun
+// jobs that the test launches itself (mpi_test.go explains how).
 package mpi

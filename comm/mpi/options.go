@@ -4,11 +4,13 @@ import (
 	"fmt"
 	"io"
 	"time"
+
+	"github.com/dszero/dszero/comm"
 )
 
-// DefaultTimeout bounds every collective when Options.Timeout is zero (the
-// in-process backend's default too).
-const DefaultTimeout = 5 * time.Minute
+// DefaultTimeout bounds every collective when Options.Timeout is zero
+// (comm.DefaultTimeout, 30 minutes, the in-process backend's default too).
+const DefaultTimeout = comm.DefaultTimeout
 
 // DefaultAbortGrace is the time between a collective's timeout (when its
 // Wait returns the error) and MPI_Abort, when Options.AbortGrace is zero.
@@ -24,8 +26,9 @@ type Options struct {
 	// Timeout bounds each collective on each rank, from the moment it
 	// starts on its communicator's worker (after the collectives queued
 	// before it) until it completes; a context deadline that comes earlier
-	// wins. Zero means DefaultTimeout. MPI cannot cancel a collective, so a
-	// timeout aborts the job (see the package documentation).
+	// wins. Zero means DefaultTimeout. The error names the ranks that did
+	// not arrive; MPI cannot cancel a collective, so a timeout aborts the
+	// job (see the package documentation).
 	Timeout time.Duration
 
 	// AbortGrace is how long a rank whose collective timed out or failed
@@ -51,14 +54,12 @@ type Options struct {
 
 // validate checks o and fills in the defaults.
 func (o Options) validate() (Options, error) {
-	if o.Timeout < 0 {
-		return o, fmt.Errorf("mpi: negative collective timeout %v", o.Timeout)
+	var err error
+	if o.Timeout, err = comm.CheckTimeout("mpi: collective timeout", o.Timeout); err != nil {
+		return o, err
 	}
 	if o.AbortGrace < 0 {
 		return o, fmt.Errorf("mpi: negative abort grace %v", o.AbortGrace)
-	}
-	if o.Timeout == 0 {
-		o.Timeout = DefaultTimeout
 	}
 	if o.AbortGrace == 0 {
 		o.AbortGrace = DefaultAbortGrace

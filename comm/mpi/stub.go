@@ -28,3 +28,6 @@ func (w *World) Comm() comm.Comm { panic("mpi: " + ErrNoMPI.Error()) }
 
 // Finalize fails with ErrNoMPI.
 func (w *World) Finalize() error { return ErrNoMPI }
+
+// AwaitAbort returns at once: without MPI no job is ever being aborted.
+func (w *World) AwaitAbort() {}

@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"runtime"
+	"slices"
 	"sync"
 	"time"
 
@@ -25,6 +26,7 @@ var initOnce sync.Once
 type World struct {
 	opts     Options
 	world    *communicator
+	ctl      *control        // the control channel (control.go)
 	finalize chan chan error // to the MPI main thread (see mainThread)
 
 	mu        sync.Mutex
@@ -64,9 +66,15 @@ func Init(opts Options) (*World, error) {
 	}
 	h, err := dupWorld()
 	if err == nil {
-		w.world, err = w.newComm(h, true, defaultMaxCount, defaultScratchMax, opts.Verify)
+		w.ctl, err = newControl(w)
+	}
+	if err == nil {
+		w.world, err = w.newComm(h, "world", true, defaultMaxCount, defaultScratchMax, opts.Verify)
 	}
 	if err != nil {
+		if w.ctl != nil {
+			w.ctl.close()
+		}
 		reply := make(chan error)
 		w.finalize <- reply
 		return nil, errors.Join(fmt.Errorf("mpi: the world communicator: %w", err), <-reply)
@@ -125,6 +133,7 @@ func (w *World) Finalize() error {
 			return fmt.Errorf("mpi: not finalising: a collective failed and the job is being aborted (MPI_Abort in %v)", w.opts.AbortGrace)
 		}
 	}
+	w.ctl.close()
 	reply := make(chan error)
 	w.finalize <- reply
 	return <-reply
@@ -143,19 +152,96 @@ func (w *World) register(c *communicator) error {
 }
 
 // abort schedules MPI_Abort(MPI_COMM_WORLD, AbortCode) after the grace
-// period, once per process, and says why on Options.Log at once. MPI cannot
+// period, once per process, and says why on Options.Log at once; with
+// notify it also tells every other rank (the control channel's abort
+// notice), naming culprits, the world ranks at fault, so that each fails
+// its collectives with the same cause instead of waiting in them. MPI cannot
 // cancel a blocked collective: the only way out that never hangs is to end
 // the job. mpirun then kills every process and exits with AbortCode.
-func (w *World) abort(err error) {
+func (w *World) abort(err error, culprits []int, notify bool) {
 	w.abortOnce.Do(func() {
 		close(w.aborting)
 		log := w.opts.Log
 		if log == nil {
 			log = os.Stderr
 		}
+		if notify {
+			w.ctl.tellAll(message{Msg: err.Error(), Timeout: errors.Is(err, comm.ErrTimeout), Peers: culprits})
+		}
 		logAbort(log, err, w.opts.AbortGrace)
 		time.AfterFunc(w.opts.AbortGrace, func() { mpiAbort(AbortCode) })
 	})
+}
+
+// AwaitAbort is for a rank that is about to exit with an error: when a
+// collective has failed and the job is being aborted, it blocks until
+// MPI_Abort ends the process (Options.AbortGrace after the failure), so
+// that the other ranks, told by this one, have the time to report the
+// failure too; otherwise it returns at once.
+func (w *World) AwaitAbort() {
+	select {
+	case <-w.aborting:
+	default:
+		return
+	}
+	// MPI_Abort ends the process before this returns; the bound only keeps
+	// a misbehaving MPI from turning an error into a hang.
+	time.Sleep(w.opts.AbortGrace + 30*time.Second)
+}
+
+// relay handles another rank's abort notice, on a goroutine of its own
+// (breaking may wait, see fail): every communicator of this rank breaks
+// with its cause, and this rank's own MPI_Abort is scheduled (its peers may
+// be blocked in collectives with it).
+func (w *World) relay(from int, m message) {
+	go w.relayed(from, m)
+}
+
+func (w *World) relayed(from int, m message) {
+	kind, peers := comm.ErrRankFailed, []int{from}
+	if m.Timeout {
+		kind, peers = comm.ErrTimeout, m.Peers
+	}
+	msg := fmt.Sprintf("world rank %d gave up: %s", from, m.Msg)
+	w.mu.Lock()
+	comms := slices.Clone(w.comms)
+	w.mu.Unlock()
+	var wg sync.WaitGroup // each break may wait up to relayWait: in parallel
+	for _, c := range comms {
+		var in []int // the ranks at fault that are members of c, as ranks of c
+		for r, wr := range c.members {
+			if slices.Contains(peers, wr) {
+				in = append(in, r)
+			}
+		}
+		wg.Go(func() { c.breakWith(&fault{peers: in, relayed: true, err: &comm.FaultError{Msg: msg, Kind: kind}}) })
+	}
+	wg.Wait()
+	w.abort(fmt.Errorf("mpi: %s", msg), nil, false)
+}
+
+// progress is how far this rank got on the communicator with the given id
+// (see newComm) — Known is false when it has none of that id — and the
+// collective it has been waiting in longest.
+func (w *World) progress(id string) progress {
+	w.mu.Lock()
+	comms := slices.Clone(w.comms)
+	w.mu.Unlock()
+	var p progress
+	var oldest time.Time
+	now := time.Now()
+	for _, c := range comms {
+		c.mu.Lock()
+		if c.id == id {
+			p.Known, p.Issued, p.Started, p.Finished, p.Broken = true, c.issued, c.started, c.finished, c.fault != nil
+		}
+		if x := c.current; x != nil && (p.Waiting == nil || c.startedAt.Before(oldest)) {
+			oldest = c.startedAt
+			p.Waiting = &waiting{Comm: c.id, Name: c.name, Members: c.members, Kind: x.Kind, Seq: x.seq, For: now.Sub(c.startedAt)}
+		}
+		c.mu.Unlock()
+	}
+	return p
 }
 
 func logAbort(log io.Writer, err error, grace time.Duration) {
