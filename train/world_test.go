@@ -264,7 +264,7 @@ func TestStoppedRankTimesOut(t *testing.T) {
 	defer close(stopped)
 	done := make(chan error, 1)
 	go func() {
-		_, err := Run(Config{Plan: plan, Model: g.cfg, Init: g.init, Batches: stalling{gptSamples{g.tokens, 2, 2, 2}, 1, 2, stopped}, SeqLen: 32, Steps: 5,
+		_, err := Run(Config{Plan: plan, Model: g.cfg, Init: g.init, Batches: Tokens(stalling{gptSamples{g.tokens, 2, 2, 2}, 1, 2, stopped}, 32), SeqLen: 32, Steps: 5,
 			Devices: devs, Workers: 1, Timeout: 2 * time.Second}, nil)
 		done <- err
 	}()
