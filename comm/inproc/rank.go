@@ -13,9 +13,10 @@ import (
 // rankComm is one rank's comm.Comm on one group. Its collectives run on
 // its own worker goroutine, one after another, in issue order.
 type rankComm struct {
-	g    *group
-	rank int // in g
-	job  *job
+	comm.Issuer // the collectives, through issue
+	g           *group
+	rank        int // in g
+	job         *job
 
 	mu      sync.Mutex
 	queue   comm.Queue[*call] // guarded by mu
@@ -98,26 +99,6 @@ func (c *rankComm) Traffic() comm.Traffic {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.traffic
-}
-
-func (c *rankComm) AllReduce(ctx context.Context, buf comm.Buffer, op comm.Op) comm.Handle {
-	return c.issue(ctx, comm.Args{Kind: comm.KindAllReduce, Out: buf, Op: op})
-}
-
-func (c *rankComm) ReduceScatter(ctx context.Context, out, in comm.Buffer, op comm.Op) comm.Handle {
-	return c.issue(ctx, comm.Args{Kind: comm.KindReduceScatter, Out: out, In: in, Op: op})
-}
-
-func (c *rankComm) AllGather(ctx context.Context, out, in comm.Buffer) comm.Handle {
-	return c.issue(ctx, comm.Args{Kind: comm.KindAllGather, Out: out, In: in})
-}
-
-func (c *rankComm) Broadcast(ctx context.Context, buf comm.Buffer, root int) comm.Handle {
-	return c.issue(ctx, comm.Args{Kind: comm.KindBroadcast, Out: buf, Root: root})
-}
-
-func (c *rankComm) Barrier(ctx context.Context) comm.Handle {
-	return c.issue(ctx, comm.Args{Kind: comm.KindBarrier})
 }
 
 func (c *rankComm) Split(ctx context.Context, color, key int) (comm.Comm, error) {

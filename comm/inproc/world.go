@@ -324,6 +324,7 @@ func (j *job) register(g *group) {
 // newRankComm is rank's handle on g, with its worker running.
 func (j *job) newRankComm(g *group, rank int) *rankComm {
 	c := &rankComm{g: g, rank: rank, job: j, exited: make(chan struct{})}
+	c.Issuer = comm.Issuer{Issue: c.issue}
 	c.queue.Init(&c.mu)
 	j.mu.Lock()
 	j.comms[g.members[rank]] = append(j.comms[g.members[rank]], c)

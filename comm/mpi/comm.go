@@ -20,15 +20,16 @@ import (
 // collectives run on its own worker goroutine, one after another, in issue
 // order; a watchdog bounds each of them.
 type communicator struct {
-	w          *World
-	h          handle
-	id         string // the same on every member (see newComm)
-	name       string // "world", or "group[…]" with world ranks
-	rank       int
-	members    []int // world ranks, by rank
-	maxCount   int   // elements per MPI call (see segments)
-	scratchMax int   // elements of scratch per collective (see defaultScratchMax)
-	verify     bool
+	comm.Issuer // the collectives, through issue
+	w           *World
+	h           handle
+	id          string // the same on every member (see newComm)
+	name        string // "world", or "group[…]" with world ranks
+	rank        int
+	members     []int // world ranks, by rank
+	maxCount    int   // elements per MPI call (see segments)
+	scratchMax  int   // elements of scratch per collective (see defaultScratchMax)
+	verify      bool
 
 	mu      sync.Mutex
 	queue   comm.Queue[*call] // guarded by mu
@@ -60,6 +61,7 @@ func (w *World) newComm(h handle, id string, isWorld bool, maxCount, scratchMax 
 		name = "group" + fmt.Sprint(members)
 	}
 	c := &communicator{w: w, h: h, id: id, name: name, rank: rank, members: members, maxCount: maxCount, scratchMax: scratchMax, verify: verify, exited: make(chan struct{})}
+	c.Issuer = comm.Issuer{Issue: c.issue}
 	c.queue.Init(&c.mu)
 	if err := w.register(c); err != nil {
 		return nil, err
@@ -116,26 +118,6 @@ func (c *communicator) Traffic() comm.Traffic {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.traffic
-}
-
-func (c *communicator) AllReduce(ctx context.Context, buf comm.Buffer, op comm.Op) comm.Handle {
-	return c.issue(ctx, comm.Args{Kind: comm.KindAllReduce, Out: buf, Op: op})
-}
-
-func (c *communicator) ReduceScatter(ctx context.Context, out, in comm.Buffer, op comm.Op) comm.Handle {
-	return c.issue(ctx, comm.Args{Kind: comm.KindReduceScatter, Out: out, In: in, Op: op})
-}
-
-func (c *communicator) AllGather(ctx context.Context, out, in comm.Buffer) comm.Handle {
-	return c.issue(ctx, comm.Args{Kind: comm.KindAllGather, Out: out, In: in})
-}
-
-func (c *communicator) Broadcast(ctx context.Context, buf comm.Buffer, root int) comm.Handle {
-	return c.issue(ctx, comm.Args{Kind: comm.KindBroadcast, Out: buf, Root: root})
-}
-
-func (c *communicator) Barrier(ctx context.Context) comm.Handle {
-	return c.issue(ctx, comm.Args{Kind: comm.KindBarrier})
 }
 
 func (c *communicator) Split(ctx context.Context, color, key int) (comm.Comm, error) {
