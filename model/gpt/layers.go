@@ -35,32 +35,11 @@ func (m *Model) round(s []float32) {
 	}
 }
 
-// gradOut returns where a parameter gradient of this Backward is
-// computed; the caller writes every element of it and then calls
-// gradCommit. After OverwriteGrads it is the gradient view itself.
-// Otherwise it is a scratch, because as in PyTorch a micro-step's
-// gradient is computed whole and then added to the accumulated .grad
-// (AccumulateGrad: grad + new), so the sum does not depend on how the
-// Gemmer blocks its accumulation.
-func (m *Model) gradOut(grad []float32) []float32 {
-	if m.overwriting {
-		return grad
-	}
-	return m.pg[:len(grad)]
-}
-
-// gradCommit rounds the fresh gradient in dst (from gradOut) with Round
-// and, unless it was computed in place, adds it to grad.
-func (m *Model) gradCommit(grad, dst []float32) {
-	m.round(dst)
-	if m.overwriting {
-		return
-	}
-	grad = grad[:len(dst)]
-	for i, v := range dst {
-		grad[i] += v
-	}
-}
+// gradOut and gradCommit are the model.GradSink protocol: a parameter
+// gradient is computed whole in gradOut's slice, then rounded and added
+// (or, after OverwriteGrads, written in place).
+func (m *Model) gradOut(grad []float32) []float32 { return m.sink.Out(grad) }
+func (m *Model) gradCommit(grad, dst []float32)   { m.sink.Commit(grad, dst) }
 
 // encoderForward: out[b,t,:] = wte[tokens[b,t],:] + wpe[t,:].
 func (m *Model) encoderForward(out []float32, tokens []int32, wte, wpe []float32, B, T int) {
@@ -85,7 +64,7 @@ func (m *Model) encoderForward(out []float32, tokens []int32, wte, wpe []float32
 // or are zeroed after OverwriteGrads.
 func (m *Model) encoderBackward(dwte, dwpe, dout []float32, tokens []int32, B, T int) {
 	C := m.cfg.Dim
-	if m.overwriting {
+	if m.sink.Overwriting() {
 		clear(dwpe[T*C:])
 	}
 	wpeRows := dwpe[:T*C]
@@ -102,7 +81,7 @@ func (m *Model) encoderBackward(dwte, dwpe, dout []float32, tokens []int32, B, T
 	m.gradCommit(wpeRows, dst)
 
 	tokens = tokens[:B*T]
-	if m.overwriting && !m.cfg.Tied {
+	if m.sink.Overwriting() && !m.cfg.Tied {
 		// The whole of dwte is this Backward's: the rows of the tokens,
 		// zero elsewhere (embedding_dense_backward).
 		clear(dwte)
@@ -114,7 +93,7 @@ func (m *Model) encoderBackward(dwte, dwpe, dout []float32, tokens []int32, B, T
 	// rows, so only those rows are computed in the scratch and added,
 	// each once. An untouched row keeps its value, as grad + 0 would
 	// (except that a -0 stays -0).
-	dst = m.pg[:len(dwte)]
+	dst = m.sink.Scratch[:len(dwte)]
 	for _, tok := range tokens {
 		clear(dst[int(tok)*C:][:C])
 	}

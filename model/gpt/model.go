@@ -70,7 +70,6 @@ type Model struct {
 	savedBuf []float32 // accounted checkpointed block inputs, pinned-host tier
 	intBytes int64     // accounted bytes of a.tokens and a.targets
 
-	pg      []float32 // one parameter's fresh gradient, largest tensor's size (mem.Temp); allocated at the first Backward that needs it
 	pgLen   int       // the largest tensor's size
 	colAcc  []float64 // column sums for bias and LayerNorm parameter gradients
 	rowSeen []uint64  // a bit per wte row: rows already added in encoderBackward
@@ -81,10 +80,11 @@ type Model struct {
 	moments []momentStack // LayerNorm moments' cascade (bf16)
 	lnAccB  []float32     // LayerNorm bias gradient, summed in bf16 (C)
 
-	// overwriteNext is set by OverwriteGrads and taken by the next
-	// Backward, which sets overwriting for its duration: each parameter
-	// gradient is then written into the gradient buffer, not added.
-	overwriteNext, overwriting bool
+	// sink hands each parameter gradient over: added to the gradient
+	// buffer, or written there in the Backward after OverwriteGrads. Its
+	// Scratch (the largest tensor's size, mem.Temp) is allocated at the
+	// first Backward that needs it.
+	sink model.GradSink
 
 	state passState
 	jobs  jobs
@@ -114,6 +114,7 @@ func New(cfg Config, opt Options) (*Model, error) {
 		return nil, errors.Join(errs...)
 	}
 	m := &Model{cfg: cfg, layout: cfg.Layout(), opt: opt}
+	m.sink.Round = opt.Round
 	if m.layout.Numel != cfg.NumParams() {
 		panic("gpt: layout and NumParams disagree")
 	}
@@ -192,7 +193,7 @@ func (m *Model) Bind(params, grads []float32) error {
 // does when .grad is None (it takes the new gradient tensor as it is),
 // which is the state DeepSpeed's stage-0 fp32 engine leaves .grad in
 // after each step (engine.zero_grad sets it to None).
-func (m *Model) OverwriteGrads() { m.overwriteNext = true }
+func (m *Model) OverwriteGrads() { m.sink.OverwriteNext() }
 
 // Params and Grads return the bound buffers.
 func (m *Model) Params() []float32 { return m.params }
@@ -201,9 +202,9 @@ func (m *Model) Grads() []float32  { return m.grads }
 // Close frees the activations and stops the worker goroutines.
 func (m *Model) Close() {
 	m.freeActs()
-	if m.pg != nil {
-		m.opt.Acct.FreeF32(mem.Temp, mem.Device, m.pg)
-		m.pg = nil
+	if m.sink.Scratch != nil {
+		m.opt.Acct.FreeF32(mem.Temp, mem.Device, m.sink.Scratch)
+		m.sink.Scratch = nil
 	}
 	if m.pool != nil {
 		m.pool.close()
@@ -319,17 +320,17 @@ func (m *Model) Backward(dlossScale float32) error {
 		return errors.New("gpt: Backward without a gradient buffer (Bind(params, nil))")
 	}
 	m.state = idle
-	m.overwriting, m.overwriteNext = m.overwriteNext, false
+	overwriting := m.sink.Begin()
 	// The fresh-gradient scratch (gradOut) is needed to accumulate, and
 	// for a tied wte, which already holds the head's gradient; a model that
 	// only ever overwrites its gradients never allocates it.
-	if !m.overwriting || m.cfg.Tied {
+	if !overwriting || m.cfg.Tied {
 		if err := m.gradScratch(); err != nil {
-			m.overwriteNext, m.overwriting = m.overwriting, false
+			m.sink.Abort()
 			return err
 		}
 	}
-	defer func() { m.overwriting = false }()
+	defer m.sink.End()
 	a := &m.a
 	B, T, L := a.B, a.T, m.cfg.Layers
 	N, C, V := B*T, m.cfg.Dim, m.cfg.Vocab
@@ -370,14 +371,14 @@ func (m *Model) Backward(dlossScale float32) error {
 // gradScratch allocates the fresh-gradient scratch (gradOut) if it is not
 // there yet.
 func (m *Model) gradScratch() error {
-	if m.pg != nil {
+	if m.sink.Scratch != nil {
 		return nil
 	}
 	pg, err := m.opt.Acct.F32(mem.Temp, mem.Device, m.pgLen)
 	if err != nil {
 		return fmt.Errorf("gpt: gradient scratch: %w", err)
 	}
-	m.pg = pg
+	m.sink.Scratch = pg
 	return nil
 }
 

@@ -23,27 +23,11 @@ func (m *Model) round(s []float32) {
 	}
 }
 
-// gradOut returns where a parameter gradient of this Backward is
-// computed; the caller writes every element of it and then calls
-// gradCommit. After OverwriteGrads it is the gradient view itself,
-// otherwise a scratch, so that the sum does not depend on how the Gemmer
-// blocks its accumulation.
-func (m *Model) gradOut(grad []float32) []float32 {
-	if m.overwriting {
-		return grad
-	}
-	return m.pg[:len(grad)]
-}
-
-// gradCommit rounds the fresh gradient in dst (from gradOut) and, unless
-// it was computed in place, adds it to grad.
-func (m *Model) gradCommit(grad, dst []float32) {
-	m.round(dst)
-	if m.overwriting {
-		return
-	}
-	addInto(grad[:len(dst)], dst)
-}
+// gradOut and gradCommit are the model.GradSink protocol: a parameter
+// gradient is computed whole in gradOut's slice, then rounded and added
+// (or, after OverwriteGrads, written in place).
+func (m *Model) gradOut(grad []float32) []float32 { return m.sink.Out(grad) }
+func (m *Model) gradCommit(grad, dst []float32)   { m.sink.Commit(grad, dst) }
 
 // commitSums commits float64 column sums as a parameter gradient.
 func (m *Model) commitSums(grad []float32, sums []float64) {
@@ -278,7 +262,7 @@ func (m *Model) embeddingBackward(dembed, dout []float32, tokens []int32) {
 			m.round(d)
 		}
 	}
-	if m.overwriting && !tied {
+	if m.sink.Overwriting() && !tied {
 		// The whole of dembed is this Backward's: the tokens' rows, zero
 		// elsewhere (embedding_dense_backward).
 		clear(dembed)
@@ -289,13 +273,13 @@ func (m *Model) embeddingBackward(dembed, dout []float32, tokens []int32) {
 	// rows are computed in the scratch and added, each once: into the
 	// accumulated gradient (untied), into the head's gradient that
 	// OverwriteGrads let the head write in place, or into tiedGrad.
-	dst := m.pg[:len(dembed)]
+	dst := m.sink.Scratch[:len(dembed)]
 	for _, tok := range tokens {
 		clear(dst[int(tok)*H:][:H])
 	}
 	scatter(dst)
 	into := dembed
-	if tied && !m.overwriting {
+	if tied && !m.sink.Overwriting() {
 		into = m.tiedGrad
 	}
 	seen := m.rowSeen
@@ -312,7 +296,7 @@ func (m *Model) embeddingBackward(dembed, dout []float32, tokens []int32) {
 			m.round(row)
 		}
 	}
-	if tied && !m.overwriting {
+	if tied && !m.sink.Overwriting() {
 		addInto(dembed, m.tiedGrad)
 	}
 }

@@ -77,7 +77,6 @@ type Model struct {
 	savedBuf []float32 // accounted checkpointed layer inputs, pinned-host tier
 	intBytes int64     // accounted bytes of the int32 buffers
 
-	pg []float32 // one parameter's fresh gradient (mem.Temp); allocated at the first Backward that needs it
 	// tiedGrad (V, H) holds a tied head's gradient of embed_tokens while
 	// the layers run backward, until the embedding's gradient is added to
 	// it and the sum to the accumulated gradient, as autograd sums the
@@ -87,10 +86,10 @@ type Model struct {
 	colAcc   []float64 // column sums for bias and norm weight gradients
 	rowSeen  []uint64  // a bit per embedding row: rows already added in embeddingBackward
 
-	// overwriteNext is set by OverwriteGrads and taken by the next
-	// Backward, which sets overwriting for its duration: each parameter
-	// gradient is then written into the gradient buffer, not added.
-	overwriteNext, overwriting bool
+	// sink hands each parameter gradient over: added to the gradient
+	// buffer, or written there in the Backward after OverwriteGrads. Its
+	// Scratch is a parameter's fresh gradient (mem.Temp), allocated at the first Backward that needs it.
+	sink model.GradSink
 
 	state passState
 	jobs  struct {
@@ -126,6 +125,7 @@ func New(cfg Config, opt Options) (*Model, error) {
 		return nil, errors.Join(errs...)
 	}
 	m := &Model{cfg: cfg, layout: cfg.Layout(), opt: opt}
+	m.sink.Round = opt.Round
 	if m.layout.Numel != cfg.NumParams() {
 		panic("llama: layout and NumParams disagree")
 	}
@@ -179,7 +179,7 @@ func (m *Model) Bind(params, grads []float32) error {
 // (NaN included), and the Backwards after it accumulate again. The
 // result is bit-identical to clearing the buffer and accumulating except
 // that a gradient computed as -0 stays -0. Bind keeps the mark.
-func (m *Model) OverwriteGrads() { m.overwriteNext = true }
+func (m *Model) OverwriteGrads() { m.sink.OverwriteNext() }
 
 // Params and Grads return the bound buffers.
 func (m *Model) Params() []float32 { return m.params }
@@ -188,7 +188,7 @@ func (m *Model) Grads() []float32  { return m.grads }
 // Close frees the activations and scratch and stops the workers.
 func (m *Model) Close() {
 	m.freeActs()
-	for _, p := range []*[]float32{&m.pg, &m.tiedGrad} {
+	for _, p := range []*[]float32{&m.sink.Scratch, &m.tiedGrad} {
 		if *p != nil {
 			m.opt.Acct.FreeF32(mem.Temp, mem.Device, *p)
 			*p = nil
@@ -339,16 +339,16 @@ func (m *Model) Backward(dlossScale float32) error {
 		return errors.New("llama: Backward without a gradient buffer (Bind(params, nil))")
 	}
 	m.state = idle
-	m.overwriting, m.overwriteNext = m.overwriteNext, false
+	overwriting := m.sink.Begin()
 	// The fresh-gradient scratch (gradOut) is needed to accumulate, and
 	// for a tied embedding, whose lookup gradient is added to the head's.
-	if !m.overwriting || m.cfg.Tied {
+	if !overwriting || m.cfg.Tied {
 		if err := m.gradScratch(); err != nil {
-			m.overwriteNext, m.overwriting = m.overwriting, false
+			m.sink.Abort()
 			return err
 		}
 	}
-	defer func() { m.overwriting = false }()
+	defer m.sink.End()
 	a := &m.a
 	N, H, V, L := a.B*a.T, m.cfg.Hidden, m.cfg.Vocab, m.cfg.Layers
 
@@ -361,7 +361,7 @@ func (m *Model) Backward(dlossScale float32) error {
 		d = float32(float64(dlossScale) / a.denom)
 	}
 	m.crossentropyBackward(d, N)
-	if m.cfg.Tied && !m.overwriting {
+	if m.cfg.Tied && !m.sink.Overwriting() {
 		// The head's gradient of embed_tokens waits in tiedGrad for the
 		// embedding's (embeddingBackward).
 		m.linearInputGrad(a.dln, a.logits, m.p.head, N, H, V)
@@ -396,14 +396,14 @@ func (m *Model) Backward(dlossScale float32) error {
 // gradScratch allocates the fresh-gradient scratch, and a tied head's
 // gradient when accumulating, if they are not there yet.
 func (m *Model) gradScratch() error {
-	if m.pg == nil {
+	if m.sink.Scratch == nil {
 		pg, err := m.opt.Acct.F32(mem.Temp, mem.Device, m.pgLen)
 		if err != nil {
 			return fmt.Errorf("llama: gradient scratch: %w", err)
 		}
-		m.pg = pg
+		m.sink.Scratch = pg
 	}
-	if m.cfg.Tied && !m.overwriting && m.tiedGrad == nil {
+	if m.cfg.Tied && !m.sink.Overwriting() && m.tiedGrad == nil {
 		tg, err := m.opt.Acct.F32(mem.Temp, mem.Device, m.cfg.Vocab*m.cfg.Hidden)
 		if err != nil {
 			return fmt.Errorf("llama: tied head gradient: %w", err)

@@ -101,15 +101,14 @@ type Model struct {
 	h      [][]float32 // per layer (B, out): post-ReLU outputs; the last is the model output
 	diff   []float32   // (B, Out) out - y
 	dh     [][]float32 // per layer (B, out): gradient scratch
-	pg     []float32   // a parameter's fresh gradient (mem.Temp)
 	colAcc []float64
 
 	ready bool // a Forward with targets ran and Backward has not
 
-	// overwriteNext is set by OverwriteGrads and taken by the next
-	// Backward, which sets overwriting for its duration: each parameter
-	// gradient is then written into the gradient buffer, not added.
-	overwriteNext, overwriting bool
+	// sink hands each parameter gradient over: added to the gradient
+	// buffer, or written there in the Backward after OverwriteGrads. Its
+	// Scratch is a parameter's fresh gradient (mem.Temp).
+	sink model.GradSink
 }
 
 // New builds a model; Bind the buffers before Forward.
@@ -129,12 +128,13 @@ func New(cfg Config, opt Options) (*Model, error) {
 		return nil, errors.Join(errs...)
 	}
 	m := &Model{cfg: cfg, layout: cfg.Layout(), opt: opt}
+	m.sink.Round = opt.Round
 	largest := 0
 	for _, s := range m.layout.Specs {
 		largest = max(largest, s.Numel)
 	}
 	var err error
-	if m.pg, err = opt.Acct.F32(mem.Temp, mem.Device, largest); err != nil {
+	if m.sink.Scratch, err = opt.Acct.F32(mem.Temp, mem.Device, largest); err != nil {
 		return nil, fmt.Errorf("mlp: gradient scratch: %w", err)
 	}
 	m.colAcc = make([]float64, slices.Max(cfg.Sizes))
@@ -172,7 +172,7 @@ func (m *Model) NumParams() int { return m.layout.Numel }
 // The result is bit-identical to clearing the buffer and accumulating,
 // except that a gradient element computed as -0 stays -0 (0 + (-0) gives
 // +0), as PyTorch's AccumulateGrad keeps it when .grad is None.
-func (m *Model) OverwriteGrads() { m.overwriteNext = true }
+func (m *Model) OverwriteGrads() { m.sink.OverwriteNext() }
 
 // Params and Grads return the bound buffers.
 func (m *Model) Params() []float32 { return m.params }
@@ -204,9 +204,9 @@ func (m *Model) Bind(params, grads []float32) error {
 // Close frees the activations and the gradient scratch.
 func (m *Model) Close() {
 	m.freeActs()
-	if m.pg != nil {
-		m.opt.Acct.FreeF32(mem.Temp, mem.Device, m.pg)
-		m.pg = nil
+	if m.sink.Scratch != nil {
+		m.opt.Acct.FreeF32(mem.Temp, mem.Device, m.sink.Scratch)
+		m.sink.Scratch = nil
 	}
 	m.ready = false
 }
@@ -273,7 +273,7 @@ func (m *Model) Forward(b model.Batch) (float32, error) {
 		return 0, errors.New("mlp: the MLP takes dense vectors (Batch.X, Batch.Y), not tokens")
 	case m.params == nil:
 		return 0, errors.New("mlp: Forward before Bind")
-	case m.pg == nil:
+	case m.sink.Scratch == nil:
 		return 0, errors.New("mlp: Forward after Close")
 	case B <= 0 || len(x) != B*in:
 		return 0, fmt.Errorf("mlp: input has %d values, want B=%d × %d", len(x), B, in)
@@ -337,8 +337,8 @@ func (m *Model) Backward(dlossScale float32) error {
 		return errors.New("mlp: Backward without a gradient buffer (Bind(params, nil))")
 	}
 	m.ready = false
-	m.overwriting, m.overwriteNext = m.overwriteNext, false
-	defer func() { m.overwriting = false }()
+	m.sink.Begin()
+	defer m.sink.End()
 	B, last := m.batch, len(m.layers)-1
 	// d(out) = ((out - y) · 2/n) · dlossScale, PyTorch's mse_loss_backward.
 	norm := float32(2 / float64(len(m.diff)))
@@ -417,24 +417,6 @@ func (m *Model) linearBackward(dinp, dw, db, dout, inp, w []float32, N, IC, OC i
 	m.gradCommit(db, g)
 }
 
-// gradOut is where a parameter gradient of this Backward is computed: the
-// gradient view itself after OverwriteGrads, else the scratch.
-func (m *Model) gradOut(grad []float32) []float32 {
-	if m.overwriting {
-		return grad
-	}
-	return m.pg[:len(grad)]
-}
-
-// gradCommit rounds a fresh parameter gradient (with Round) and, unless
-// it was computed in place, adds it.
-func (m *Model) gradCommit(grad, fresh []float32) {
-	m.round(fresh)
-	if m.overwriting {
-		return
-	}
-	grad = grad[:len(fresh)]
-	for i, v := range fresh {
-		grad[i] += v
-	}
-}
+// gradOut and gradCommit are the model.GradSink protocol.
+func (m *Model) gradOut(grad []float32) []float32 { return m.sink.Out(grad) }
+func (m *Model) gradCommit(grad, fresh []float32) { m.sink.Commit(grad, fresh) }
