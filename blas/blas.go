@@ -147,18 +147,6 @@ func New(opts Options) (Engine, error) {
 	}
 }
 
-// Default is New(Options{}): OpenBLAS with its default thread count when it
-// loads, gonum otherwise.
-func Default() Engine {
-	e, err := New(Options{})
-	if err != nil {
-		// Options{} is valid and Auto only fails on a library that loads
-		// but cannot be configured, which the zero thread count rules out.
-		panic(err)
-	}
-	return e
-}
-
 // checkSgemm panics unless the arguments describe matrices that fit their
 // slices. It is the one validation both engines share; the C call relies on
 // it for memory safety.

@@ -306,10 +306,13 @@ func TestParseBackend(t *testing.T) {
 }
 
 func TestDefaultDescribesItself(t *testing.T) {
-	e := Default()
-	t.Logf("Default: %s — %s", e.Name(), e.Description())
+	e, err := New(Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("New(Options{}): %s — %s", e.Name(), e.Description())
 	if e.Name() == "" || e.Description() == "" {
-		t.Error("Default engine has no name or description")
+		t.Error("the default engine has no name or description")
 	}
 	if e.Name() == "openblas" && !strings.Contains(e.Description(), "OpenBLAS") {
 		t.Errorf("OpenBLAS engine description %q does not name it", e.Description())

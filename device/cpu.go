@@ -17,7 +17,7 @@ type CPU struct {
 var _ Device = (*CPU)(nil)
 
 // NewCPU returns the CPU device of the rank that owns acct, computing matrix
-// products with engine (blas.Default() or blas.New(...)).
+// products with engine (blas.New(...)).
 func NewCPU(acct *mem.Accountant, engine blas.Engine) *CPU {
 	if acct == nil || engine == nil {
 		panic("device: NewCPU needs an accountant and a BLAS engine")

@@ -180,7 +180,11 @@ type gemmer interface {
 }
 
 func TestCPUExposesBLAS(t *testing.T) {
-	d := NewCPU(mem.NewAccountant(0), blas.Default())
+	e, err := blas.New(blas.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := NewCPU(mem.NewAccountant(0), e)
 	t.Logf("%s: %s", d.Name(), d.BLAS().Description())
 	var g gemmer = d.BLAS()
 	a := []float32{1, 2, 3, 4} // [[1 2] [3 4]]

@@ -17,7 +17,11 @@ func TestZeROPaperFigure1(t *testing.T) {
 	want := []string{"120.0", "31.4", "16.6", "1.9"} // baseline, P_os, P_os+g, P_os+g+p
 	var got []string
 	for stage := range 4 {
-		got = append(got, fmt.Sprintf("%.1f", PaperAdam.PerRank(stage, 7.5e9, 64)/1e9))
+		b, err := PaperAdam.PerRank(stage, 7.5e9, 64)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, fmt.Sprintf("%.1f", b/1e9))
 	}
 	if d := cmp.Diff(want, got); d != "" {
 		t.Errorf("(-paper +ours)\n%s", d)
@@ -56,11 +60,25 @@ func TestZeROPaperTable1(t *testing.T) {
 				if dot := strings.IndexByte(s, '.'); dot >= 0 {
 					ulp = math.Pow(10, -float64(len(s)-dot-1))
 				}
-				got := PaperAdam.PerRank(i+1, psis[m], row.dp) / 1e9
+				b, err := PaperAdam.PerRank(i+1, psis[m], row.dp)
+				if err != nil {
+					t.Fatal(err)
+				}
+				got := b / 1e9
 				if math.Abs(got-want) > ulp*(1+1e-9) {
 					t.Errorf("Ψ %g, DP %d, stage %d: %g GB, the paper prints %s", psis[m], row.dp, i+1, got, s)
 				}
 			}
+		}
+	}
+}
+
+// TestPerRankRefusesBadInput: a stage or world size a caller made up is an
+// error, not a panic.
+func TestPerRankRefusesBadInput(t *testing.T) {
+	for _, tc := range []struct{ stage, n int }{{4, 8}, {-1, 8}, {2, 0}} {
+		if _, err := PaperAdam.PerRank(tc.stage, 1e9, tc.n); err == nil {
+			t.Errorf("PerRank(stage %d, %d ranks): no error", tc.stage, tc.n)
 		}
 	}
 }

@@ -32,20 +32,23 @@ func (w Widths) K() int { return w.Master + w.Optim }
 //	stage 2 (P_os+g)    P·Ψ + (G + K)·Ψ/N
 //	stage 3 (P_os+g+p)  (P + G + K)·Ψ/N
 //
-// with P, G = Params, Grads bytes. It panics on another stage.
-func (w Widths) PerRank(stage int, psi float64, n int) float64 {
+// with P, G = Params, Grads bytes. Another stage, or n < 1, is an error.
+func (w Widths) PerRank(stage int, psi float64, n int) (float64, error) {
+	if n < 1 {
+		return 0, fmt.Errorf("estimate: %d ranks: want at least 1", n)
+	}
 	P, G, K, N := float64(w.Params), float64(w.Grads), float64(w.K()), float64(n)
 	switch stage {
 	case 0:
-		return (P + G + K) * psi
+		return (P + G + K) * psi, nil
 	case 1:
-		return (P+G)*psi + K*psi/N
+		return (P+G)*psi + K*psi/N, nil
 	case 2:
-		return P*psi + (G+K)*psi/N
+		return P*psi + (G+K)*psi/N, nil
 	case 3:
-		return (P + G + K) * psi / N
+		return (P + G + K) * psi / N, nil
 	}
-	panic(fmt.Sprintf("estimate: no ZeRO stage %d", stage))
+	return 0, fmt.Errorf("estimate: no ZeRO stage %d (want 0, 1, 2 or 3)", stage)
 }
 
 // Line is one buffer of an estimate: what it is, its accounting category

@@ -52,7 +52,10 @@ func (s *Strategy) ModelBuffers() ([]float32, []float32) {
 
 // MasterParams is the rank's fp32 master partition (without padding) and
 // its offset in the flat buffer.
-func (s *Strategy) MasterParams() (int, []float32) { return s.shard.Master() }
+func (s *Strategy) MasterParams() (int, []float32, error) {
+	off, m := s.shard.Master()
+	return off, m, nil
+}
 
 // GatherMaster writes every rank's master partition, the full fp32
 // parameters, into dst (a collective).

@@ -125,3 +125,39 @@ func TestScanState(t *testing.T) {
 		})
 	}
 }
+
+// TestMasterParamsSwapError: with offload_optimizer nvme the master
+// partitions are read back from their swap files, and a read that fails
+// its checksum is MasterParams' error, naming the file — not an empty
+// master that looks like success.
+func TestMasterParamsSwapError(t *testing.T) {
+	d := ztest.MustLoadMLP(t, mlpRef)
+	k := variants()[9]
+	js := strings.Replace(k.json(3, 2, 2), `"stage": 3,`, `"stage": 3, "offload_optimizer": {"device": "nvme", "nvme_path": "/"},`, 1)
+	plan, err := ztest.Plan(js, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fsys := nvme.NewFaultFS(nvme.NewMemFS(0))
+	err = inproc.New(1, inproc.Options{}).Run(func(c comm.Comm) error {
+		eng, err := zero.NewEngine(plan, zero.Options{Acct: mem.NewAccountant(0), Layout: &d.Layout, Init: d.Init, Workers: 1,
+			Comm: c, Ctx: context.Background(), SwapFS: fsys})
+		if err != nil {
+			return err
+		}
+		defer eng.Close()
+		m, err := eng.MasterParams()
+		if err != nil || len(m) == 0 {
+			t.Errorf("MasterParams before any fault: %d values, %v", len(m), err)
+		}
+		fsys.Inject(nvme.Fault{Ops: nvme.OpRead, Path: "subgroup1.master.swp", Corrupt: true})
+		m, err = eng.MasterParams()
+		if !errors.Is(err, nvme.ErrChecksum) || !strings.Contains(err.Error(), "subgroup1.master.swp") || m != nil {
+			t.Errorf("MasterParams over a corrupted swap file: %d values, %v; want a checksum error naming it", len(m), err)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}

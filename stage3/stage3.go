@@ -391,15 +391,15 @@ func (s *Strategy) ModelBuffers() ([]float32, []float32) { return s.full.F32(), 
 // MasterParams is the rank's fp32 master partitions, every parameter's
 // partition in order with its padding (partition.Stage3Layout); the offset
 // is 0: a stage 3 partition is not one range of the flat buffer.
-func (s *Strategy) MasterParams() (int, []float32) {
+func (s *Strategy) MasterParams() (int, []float32, error) {
 	if s.swap == nil {
-		return 0, s.master
+		return 0, s.master, nil
 	}
 	m := make([]float32, s.lay.RankNumel) // read back from the swap files
 	if err := s.swappedMaster(m); err != nil {
-		return 0, nil
+		return 0, nil, fmt.Errorf("stage 3: reading the fp32 master partitions back from their swap files: %w", err)
 	}
-	return 0, m
+	return 0, m, nil
 }
 
 // Optimizer is the optimizer of the first sub-group in OptimizerTier (all

@@ -86,7 +86,11 @@ func scanState(eng *zero.Engine) ([]nonFinite, error) {
 		})
 		return bad, err
 	}
-	check("the fp32 master weights", "", eng.MasterParams())
+	master, err := eng.MasterParams()
+	if err != nil {
+		return nil, err
+	}
+	check("the fp32 master weights", "", master)
 	if opt := eng.Optimizer(); opt != nil {
 		for _, name := range opt.StateNames() {
 			if v := opt.State(name); v != nil {

@@ -441,10 +441,11 @@ func (e *Engine) Step() (StepStats, error) {
 }
 
 // MasterParams returns the rank's fp32 master parameters: all of them at
-// stage 0, the rank's partition (without padding) at stages 1 and 2.
-func (e *Engine) MasterParams() []float32 {
-	_, m := e.strategy.MasterParams()
-	return m
+// stage 0, the rank's partition (without padding) at stages 1 and 2, its
+// partitions at stage 3 (read back from swap files with NVMe offload).
+func (e *Engine) MasterParams() ([]float32, error) {
+	_, m, err := e.strategy.MasterParams()
+	return m, err
 }
 
 // GatherMaster writes the full fp32 master parameters (layout.Numel) into

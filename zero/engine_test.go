@@ -83,7 +83,11 @@ func mlpRun(t *testing.T, plan dsconfig.Plan, steps int, v Version, x, y []float
 		stats = append(stats, st)
 		losses = append(losses, sum/float64(gas))
 	}
-	return stats, losses, append([]float32(nil), eng.MasterParams()...)
+	master, err := eng.MasterParams()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return stats, losses, append([]float32(nil), master...)
 }
 
 func loadMLPRef(t *testing.T) (x, y, init, final []float32, refLoss []float64) {

@@ -91,8 +91,12 @@ func TestRoundRobinPartitions(t *testing.T) {
 				if err := eng.GatherMaster(f); err != nil {
 					return err
 				}
+				master, err := eng.MasterParams()
+				if err != nil {
+					return err
+				}
 				mu.Lock()
-				got[c.Rank()], full[c.Rank()] = slices.Clone(eng.MasterParams()), f
+				got[c.Rank()], full[c.Rank()] = slices.Clone(master), f
 				mu.Unlock()
 				return nil
 			})

@@ -101,7 +101,7 @@ func NewStage0(o StrategyOptions) (_ *Stage0, err error) {
 func (s *Stage0) ModelBuffers() ([]float32, []float32) { return s.work, s.grads }
 
 // MasterParams implements Strategy.
-func (s *Stage0) MasterParams() (int, []float32) { return 0, s.master }
+func (s *Stage0) MasterParams() (int, []float32, error) { return 0, s.master, nil }
 
 // GatherMaster implements Strategy: every rank holds all of it.
 func (s *Stage0) GatherMaster(dst []float32) error {

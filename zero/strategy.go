@@ -39,8 +39,10 @@ type Strategy interface {
 	Step(in StepInput) (StepResult, error)
 	// MasterParams returns the rank's fp32 master parameters and the
 	// offset of that slice in the flat buffer (0 and the whole buffer for
-	// stage 0, the rank's partition without padding for stages 1 and 2).
-	MasterParams() (offset int, master []float32)
+	// stage 0, the rank's partition without padding for stages 1 and 2,
+	// its partitions at stage 3). A stage that keeps them in swap files
+	// reads them back, and says so when that fails.
+	MasterParams() (offset int, master []float32, err error)
 	// GatherMaster writes the full fp32 master parameters (layout.Numel)
 	// into dst. It is a collective: every rank calls it.
 	GatherMaster(dst []float32) error
