@@ -113,7 +113,7 @@ func TestProfilerTimesUnitsOfARealModel(t *testing.T) {
 	}
 
 	// A forward before the profile starts is not timed.
-	if _, err := m.Forward(tokens, B, targets); err != nil {
+	if _, err := m.Forward(model.Batch{Tokens: tokens, B: B, Targets: targets}); err != nil {
 		t.Fatal(err)
 	}
 	if err := m.Backward(1); err != nil {
@@ -130,7 +130,7 @@ func TestProfilerTimesUnitsOfARealModel(t *testing.T) {
 	if err := p.Start(model.FlopShape{Batch: B, Seq: T}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := m.Forward(tokens, B, targets); err != nil {
+	if _, err := m.Forward(model.Batch{Tokens: tokens, B: B, Targets: targets}); err != nil {
 		t.Fatal(err)
 	}
 	if err := p.Stop(); err != nil {
