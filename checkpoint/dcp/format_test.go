@@ -128,10 +128,10 @@ func TestOpenRefuses(t *testing.T) {
 		return dir, m
 	}
 	cases := []struct {
-		name  string
+		name   string
 		break_ func(dir string, m *Metadata)
-		want  string
-		read  bool // the error comes from reading w, not from Open
+		want   string
+		read   bool // the error comes from reading w, not from Open
 	}{
 		{"no metadata", func(dir string, m *Metadata) { os.Remove(filepath.Join(dir, MetadataFile)) }, "has no .metadata", false},
 		{"overlap", func(dir string, m *Metadata) {
