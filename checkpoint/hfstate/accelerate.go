@@ -190,3 +190,22 @@ func ParamNames(c *dcp.Checkpoint) []string {
 	}
 	return out
 }
+
+// WriteFullModel writes FULL_STATE_DICT's model file (FullModelName):
+// rank 0's torch.save of the whole state dict, an OrderedDict keyed by
+// parameter name (no "model." prefix: only the sharded save wraps it).
+func WriteFullModel(path string, params []Param) error {
+	sd := ptfile.NewOrderedDict()
+	for _, p := range params {
+		sd.Set(p.Name, p.Tensor)
+	}
+	return ptfile.Write(path, sd)
+}
+
+// WriteFullOptimizer writes FULL_STATE_DICT's optimizer file
+// (FullOptimizerName): torch.save of the whole optimizer state dict, in
+// OptimizerState's form without the "optimizer" wrapper.
+func WriteFullOptimizer(path string, params []AdamWParam, groups []AdamWGroup) error {
+	osd, _ := OptimizerState(params, groups).Get(OptimizerKey)
+	return ptfile.Write(path, osd)
+}

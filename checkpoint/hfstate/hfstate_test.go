@@ -361,3 +361,32 @@ func TestAccelerateLayout(t *testing.T) {
 		t.Fatalf("bias %v", f)
 	}
 }
+
+func TestFullStateDictFiles(t *testing.T) {
+	dir := t.TempDir()
+	w := ptfile.FromFloat32([]int64{2}, []float32{1, 2})
+	if err := WriteFullModel(filepath.Join(dir, FullModelName(0)), []Param{{"fc.weight", w}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := WriteFullOptimizer(filepath.Join(dir, FullOptimizerName(0)), []AdamWParam{{"fc.weight", 1, w, w}},
+		[]AdamWGroup{{LR: 0.1, Params: []string{"fc.weight"}}}); err != nil {
+		t.Fatal(err)
+	}
+	m, err := ptfile.Read(filepath.Join(dir, "pytorch_model_fsdp.bin"), ptfile.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, err := ptfile.Get[*ptfile.Tensor](m, `["fc.weight"]`); err != nil || got.Shape[0] != 2 {
+		t.Fatalf("model: %v %v", got, err)
+	}
+	o, err := ptfile.Read(filepath.Join(dir, "optimizer.bin"), ptfile.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if lr, err := ptfile.Get[float64](o, "param_groups[0].lr"); err != nil || lr != 0.1 {
+		t.Fatalf("optimizer lr: %v %v", lr, err)
+	}
+	if _, err := ptfile.Get[*ptfile.Tensor](o, `state["fc.weight"].exp_avg`); err != nil {
+		t.Fatal(err)
+	}
+}
