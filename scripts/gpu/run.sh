@@ -79,6 +79,15 @@ PY
 }
 step facts 30 bash -c "$(declare -f facts); facts"
 
+# 1b. torch.distributed.checkpoint interop, about 60 s, on the CPU (no
+# GPU needed; issue 30): torch's dcp.save writes the fixture of
+# checkpoint/dcp/testdata/spec.json on 1 and 3 ranks and an FSDP2 model's
+# Accelerate-style checkpoint into $OUT/dcp-torch (copy them into
+# checkpoint/dcp/testdata/torch/ to commit: TestReadTorch reads them), and
+# dcp.load reads dszero's checkpoint (checkpoint/dcp/testdata/dszero/w3)
+# on 1 and 2 ranks and through dcp_to_torch_save.
+step dcp-interop 240 env CUDA_VISIBLE_DEVICES= python3 checkpoint/dcp/testdata/gen/torch_dcp.py all "$OUT/dcp-torch" checkpoint/dcp/testdata/dszero/w3
+
 # 2. The package's GPU tests, about 60 s: open the device, memory round
 # trips, NVRTC build of every kernel for this GPU (the cache goes to
 # $OUT), each kernel against the Go reference kernels (fp32, bf16, fp16;
@@ -123,6 +132,7 @@ todo torch-fsdp2 "torchrun --nproc_per_node=1 scripts/gpu/torch_ref.py (FSDP2 fu
 			notes="tests: $pass passed, $fail failed ($sub cases), $skip skipped"
 			;;
 		kernel-cache) notes=$(grep -o 'cache hit [a-z]*' "$OUT/$name.log" | head -1) ;;
+		dcp-interop) notes=$(grep -E '^(torch|read|wrote|fsdp2)' "$OUT/$name.log" | tr '\n' ' ' | cut -c1-100) ;;
 		*) [ "$status" = TODO ] && notes=$(cut -c7-80 "$OUT/$name.log") ;;
 		esac
 		printf '%-14s %-9s %7s  %s\n' "$name" "$status" "$secs" "$notes"
