@@ -37,8 +37,8 @@ type Comm struct {
 	fault    *commFault
 	aborted  bool
 
-	premul   map[DataType]RedOp // PreMulSum ops by type (worker only)
-	inflight chan *call
+	premul                    map[DataType]RedOp // PreMulSum ops by type (worker only)
+	inflight                  chan *call
 	workerDone, completerDone chan struct{}
 }
 
@@ -67,9 +67,9 @@ func newComm(w *World, h RawComm, st Stream, id, name string, members []int, ran
 
 // call is one queued collective (or group of them) and its comm.Handle.
 type call struct {
-	kind comm.Kind // of the first collective
-	seq  uint64    // the first's sequence number
-	ctx  context.Context
+	kind  comm.Kind // of the first collective
+	seq   uint64    // the first's sequence number
+	ctx   context.Context
 	tally []tally    // what each collective adds to the traffic
 	host  *comm.Args // host buffers, staged by prepare into ops; nil for Group
 	ops   []op       // what is issued to NCCL
@@ -116,9 +116,9 @@ type op struct {
 type reduction int
 
 const (
-	redSum reduction = iota
-	redAvg           // ncclAvg
-	redPreAvg        // ncclRedOpCreatePreMulSum with 1/Size
+	redSum    reduction = iota
+	redAvg              // ncclAvg
+	redPreAvg           // ncclRedOpCreatePreMulSum with 1/Size
 )
 
 func (c *Comm) Rank() int { return c.rank }

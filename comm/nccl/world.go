@@ -45,7 +45,7 @@ type World struct {
 	mon   *monitor // nil without a store
 
 	mu     sync.Mutex
-	comms  []*Comm       // every communicator, world first
+	comms  []*Comm          // every communicator, world first
 	fault  *comm.FaultError // the job's failure, once there is one
 	closed bool
 }

@@ -170,7 +170,7 @@ type staged struct {
 	keep []byte // keeps the memory alive while NCCL holds its address
 }
 
-func (st *staged) Ptr() driver.DevicePtr  { return st.ptr }
+func (st *staged) Ptr() driver.DevicePtr   { return st.ptr }
 func (st *staged) Return(off, n int) error { return nil }
 func (st *staged) Finish(ok bool) error {
 	st.keep = nil
