@@ -315,7 +315,9 @@ func (c *Comm) await(x *call, start time.Time) *commFault {
 			return c.rankFailed(x, "lost its device", err)
 		}
 		if done {
-			return nil
+			// A collective that failed also leaves the stream: only the
+			// communicator's state tells.
+			return c.checkAsync(x)
 		}
 		if now := time.Now(); now.Sub(lastAsync) >= asyncEvery {
 			lastAsync = now
@@ -363,8 +365,20 @@ func (c *Comm) checkAsync(x *call) *commFault {
 			time.Sleep(c.w.mon.every / 10)
 		}
 	}
-	f := &comm.FaultError{Msg: fmt.Sprintf("NCCL failed during %v #%d", x.kind, x.seq), Kind: comm.ErrRankFailed, Cause: err}
-	c.w.fail(c, x, f, nil)
+	msg := fmt.Sprintf("NCCL failed during %v #%d", x.kind, x.seq)
+	var peers []int
+	var ne *Error
+	if errors.As(err, &ne) && ne.Code == RemoteError && c.w.mon != nil {
+		// A peer's failure that sent no notice: the records may say which.
+		if stragglers, ok := c.w.mon.stragglers(c, x.seq); ok && len(stragglers) > 0 {
+			msg += " (a peer failed or left: " + comm.Missing(c.name, c.members, stragglers, false) + ")"
+			for _, s := range stragglers {
+				peers = append(peers, s.Rank)
+			}
+		}
+	}
+	f := &comm.FaultError{Msg: msg, Kind: comm.ErrRankFailed, Cause: err}
+	c.w.fail(c, x, f, peers)
 	return c.faultNow()
 }
 

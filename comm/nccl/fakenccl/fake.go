@@ -535,7 +535,15 @@ func (f *fcomm) execute(kind comm.Kind, red reduce, run func(*fcomm, reduce) err
 			return
 		}
 	}
-	if err := run(f, red); err != nil {
+	err := run(f, red)
+	if errors.Is(err, comm.ErrRankExited) {
+		// A peer destroyed its communicator and left: NCCL's peers are
+		// not told, their kernels wait for it (as over NVLink and shared
+		// memory) until they are aborted.
+		<-f.hang
+		return
+	}
+	if err != nil {
 		f.setError(nccl.RemoteError, err.Error())
 	}
 }
