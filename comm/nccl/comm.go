@@ -86,6 +86,13 @@ type call struct {
 	marker   Marker
 	issuedAt time.Time
 
+	// issued, for Group's calls, is closed once the worker has queued
+	// the call (or failed it); kept is then a second marker at its end,
+	// for the caller.
+	issued       chan struct{}
+	issuedClosed bool // worker, then completer: never at once
+	kept         Marker
+
 	done chan struct{}
 	err  error
 }
@@ -213,7 +220,7 @@ func (c *Comm) Group(ctx context.Context, after Marker, ops ...DeviceOp) *Groupe
 	if len(ops) == 0 {
 		panic("nccl: Group of no collectives")
 	}
-	x := &call{kind: ops[0].Kind, ctx: ctx, after: after}
+	x := &call{kind: ops[0].Kind, ctx: ctx, after: after, issued: make(chan struct{})}
 	for _, o := range ops {
 		d := c.deviceOp(o)
 		x.ops = append(x.ops, d)
@@ -263,22 +270,19 @@ type Grouped struct {
 // Wait waits for the group's collectives.
 func (g *Grouped) Wait() error { return g.h.Wait() }
 
-// Done is a marker at the end of the group on the communicator's stream
-// (valid until Wait returns).
-func (g *Grouped) Done() Marker { return groupDone{g} }
-
-type groupDone struct{ g *Grouped }
-
-func (d groupDone) Done() (bool, error) {
-	select {
-	case <-d.g.x.done:
-		return true, nil
-	default:
-		return false, nil
+// Issued waits until the group has been queued on the communicator's
+// stream and returns a marker at its end there, for a consumer stream to
+// wait for (Stream.After, or on a GPU the event EventOf gives): the
+// consumer then overlaps with the group instead of waiting on the host.
+// The caller releases the marker. A group that failed before it was
+// queued returns its error.
+func (g *Grouped) Issued() (Marker, error) {
+	<-g.x.issued
+	if g.x.kept == nil {
+		return nil, g.Wait()
 	}
+	return g.x.kept, nil
 }
-
-func (d groupDone) Release() {}
 
 // enqueue numbers x (n sequence numbers) and queues it for the worker.
 func (c *Comm) enqueue(x *call, n uint64) comm.Handle {

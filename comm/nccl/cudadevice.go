@@ -38,6 +38,15 @@ func (g *CUDADevice) NewStream() (Stream, error) {
 // the collectives wait for the work e marks (a compute stream's gradients).
 func EventMarker(e *cuda.Event) Marker { return &cudaMarker{e: e} }
 
+// EventOf is the CUDA event of a marker of a CUDA stream (for
+// cuda.Issuer.WaitEvent on a compute stream), or nil for another kind.
+func EventOf(m Marker) *cuda.Event {
+	if cm, ok := m.(*cudaMarker); ok {
+		return cm.e
+	}
+	return nil
+}
+
 type cudaStream struct {
 	d *cuda.Device
 	s *cuda.Stream

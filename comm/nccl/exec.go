@@ -42,6 +42,10 @@ func (c *Comm) worker() {
 			c.complete(x, f)
 			continue
 		}
+		if x.issued != nil {
+			close(x.issued)
+			x.issuedClosed = true
+		}
 		c.mu.Lock()
 		c.pending++
 		c.mu.Unlock()
@@ -101,6 +105,9 @@ func (c *Comm) issue(x *call) *commFault {
 	if err == nil {
 		x.marker, err = c.st.Record()
 	}
+	if err == nil && x.issued != nil {
+		x.kept, err = c.st.Record()
+	}
 	if err != nil {
 		c.finishStaged(x, false)
 		return c.rankFailed(x, fmt.Sprintf("could not issue %v #%d", x.kind, x.seq), err)
@@ -139,6 +146,9 @@ func (c *Comm) launch(x *call, h RawComm) error {
 
 func (c *Comm) launchOp(o op, h RawComm) error {
 	lib, s, n := c.w.lib, c.st.Handle(), uint64(o.count)
+	if n == 0 {
+		return nil // NCCL discards empty collectives; its pointer checks need not see them
+	}
 	red, err := c.redOp(o, h)
 	if err != nil {
 		return err
@@ -270,6 +280,13 @@ func (c *Comm) complete(x *call, f *commFault) {
 	if x.marker != nil {
 		x.marker.Release()
 		x.marker = nil
+	}
+	if x.issued != nil && !x.issuedClosed { // failed before it was queued
+		if x.kept != nil {
+			x.kept.Release()
+			x.kept = nil
+		}
+		close(x.issued)
 	}
 	close(x.done)
 }

@@ -19,7 +19,9 @@ import (
 
 // addr is a host slice's address as a device pointer: the fake device
 // addresses host memory.
-func addr(x []float32) driver.DevicePtr { return driver.DevicePtr(uintptr(unsafe.Pointer(unsafe.SliceData(x)))) }
+func addr(x []float32) driver.DevicePtr {
+	return driver.DevicePtr(uintptr(unsafe.Pointer(unsafe.SliceData(x))))
+}
 
 // A ZeRO-3 style prefetch: several all-gathers of one layer's parameter
 // shards issued as one NCCL group, plus an in-place one, and the traffic
@@ -52,9 +54,14 @@ func TestGroupOfDeviceCollectives(t *testing.T) {
 		if err != nil {
 			return err
 		}
-		if done, _ := g.Done().Done(); !done {
+		m, err := g.Issued()
+		if err != nil {
+			return err
+		}
+		if done, _ := m.Done(); !done {
 			return fmt.Errorf("the group's marker is not done after Wait")
 		}
+		m.Release()
 		for i, m := range sizes {
 			var want []float32
 			for q := range n {
