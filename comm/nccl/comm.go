@@ -17,6 +17,10 @@ import (
 // worker goroutine issues them in order, a completer goroutine waits for
 // each, in order, within the timeout.
 type Comm struct {
+	// The five data collectives, over issueHost. A barrier is an
+	// all-reduce of one float32, as torch's NCCL barrier.
+	comm.Issuer
+
 	w       *World
 	st      Stream
 	id      string // the same on every member: "world", "world/s3c1", …
@@ -58,6 +62,7 @@ func newComm(w *World, h RawComm, st Stream, id, name string, members []int, ran
 	c := &Comm{w: w, h: h, st: st, id: id, name: name, members: members, rank: rank,
 		premul: map[DataType]RedOp{}, inflight: make(chan *call, maxInflight),
 		workerDone: make(chan struct{}), completerDone: make(chan struct{})}
+	c.Issuer = comm.Issuer{Issue: c.issueHost}
 	c.queue.Init(&c.mu)
 	c.idle = sync.NewCond(&c.mu)
 	go c.worker()
@@ -144,27 +149,6 @@ func (c *Comm) progress() commProgress {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return commProgress{Issued: c.issued, Finished: c.finished}
-}
-
-func (c *Comm) AllReduce(ctx context.Context, buf comm.Buffer, op comm.Op) comm.Handle {
-	return c.issueHost(ctx, comm.Args{Kind: comm.KindAllReduce, Out: buf, Op: op})
-}
-
-func (c *Comm) ReduceScatter(ctx context.Context, out, in comm.Buffer, op comm.Op) comm.Handle {
-	return c.issueHost(ctx, comm.Args{Kind: comm.KindReduceScatter, Out: out, In: in, Op: op})
-}
-
-func (c *Comm) AllGather(ctx context.Context, out, in comm.Buffer) comm.Handle {
-	return c.issueHost(ctx, comm.Args{Kind: comm.KindAllGather, Out: out, In: in})
-}
-
-func (c *Comm) Broadcast(ctx context.Context, buf comm.Buffer, root int) comm.Handle {
-	return c.issueHost(ctx, comm.Args{Kind: comm.KindBroadcast, Out: buf, Root: root})
-}
-
-// Barrier is an all-reduce of one float32 (as torch's NCCL barrier).
-func (c *Comm) Barrier(ctx context.Context) comm.Handle {
-	return c.issueHost(ctx, comm.Args{Kind: comm.KindBarrier})
 }
 
 // Split makes sub-communicators with ncclCommSplit (see comm.Comm). The
