@@ -12,6 +12,7 @@ mkdir -p .gpu
 export CGO_ENABLED=0 GOOS=linux GOARCH=amd64
 go build -trimpath -o .gpu/dszero ./cmd/dszero
 go test -c -trimpath -o .gpu/cuda.test ./cuda
+go test -c -trimpath -o .gpu/nccl.test ./comm/nccl
 git rev-parse HEAD > .gpu/REVISION
 git status --porcelain --untracked-files=no | grep -q . && echo "dirty" >> .gpu/REVISION || true
 size=$(du -sm .gpu | cut -f1)

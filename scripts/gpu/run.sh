@@ -57,7 +57,7 @@ facts() {
 	nvidia-smi --query-gpu=name,power.limit,memory.total,clocks.max.sm,driver_version,compute_cap --format=csv || return 1
 	nvidia-smi
 	echo "--- ldconfig"
-	ldconfig -p 2>/dev/null | grep -E 'libcuda\.so|libnvrtc|libcublasLt' || echo "(none in ld.so.cache)"
+	ldconfig -p 2>/dev/null | grep -E 'libcuda\.so|libnvrtc|libcublasLt|libnccl' || echo "(none in ld.so.cache)"
 	echo "--- python wheels"
 	for py in python3 /usr/bin/python3; do
 		command -v "$py" >/dev/null || continue
@@ -67,7 +67,7 @@ dirs = site.getsitepackages() + [site.getusersitepackages()]
 print(sys.executable, sys.version.split()[0])
 for d in dirs:
     for lib in sorted(glob.glob(os.path.join(d, "nvidia", "*", "lib", "lib*.so*"))):
-        if any(k in lib for k in ("nvrtc", "cublasLt", "cudart")):
+        if any(k in lib for k in ("nvrtc", "cublasLt", "cudart", "nccl")):
             print("  ", lib)
 PY
 	done
@@ -98,6 +98,20 @@ export DSZERO_CUDA_CACHE="$OUT/kernel-cache"
 step gpu-tests 300 .gpu/cuda.test -test.run 'GPU' -test.v -test.timeout 280s
 # The same build again: now a cache hit, no compilation.
 step kernel-cache 60 .gpu/cuda.test -test.run 'TestGPUKernelsBuild$' -test.v
+
+# 2b. NCCL at world 1, about 20 s (issue 26): package comm/nccl on the real
+# libnccl (found as nccl.Load finds it: DSZERO_CUDA_LIB_DIR, LD_LIBRARY_PATH,
+# the loader cache, system folders, a Python wheel's nvidia/nccl/lib) and
+# GPU 0: commtest's conformance suite through the staged host path, a
+# split, and a group on device memory with a PreMulSum all-reduce ordered
+# after an event. One GPU cannot hold two NCCL ranks; the multi-rank logic
+# is tested on the fake NCCL everywhere. Without libnccl 2.18+ the tests
+# skip ("no NCCL:" in the log).
+if [ -x .gpu/nccl.test ]; then
+	step nccl-world1 120 .gpu/nccl.test -test.run 'GPU' -test.v -test.timeout 100s
+else
+	todo nccl-world1 "no .gpu/nccl.test: rebuild with scripts/gpu/build.sh"
+fi
 
 # 3. TODO (issue 25, after the engine's Ops interface, issue 19): train
 # parity, `dszero train --device cuda` on tiny/small, 10 steps, stages 0
@@ -132,6 +146,11 @@ todo torch-fsdp2 "torchrun --nproc_per_node=1 scripts/gpu/torch_ref.py (FSDP2 fu
 			notes="tests: $pass passed, $fail failed ($sub cases), $skip skipped"
 			;;
 		kernel-cache) notes=$(grep -o 'cache hit [a-z]*' "$OUT/$name.log" | head -1) ;;
+		nccl-world1)
+			notes="tests: $(grep -c -- '^--- PASS' "$OUT/$name.log") passed, $(grep -c -- '^--- FAIL' "$OUT/$name.log") failed, $(grep -c -- '^--- SKIP' "$OUT/$name.log") skipped"
+			skip=$(grep -m1 -o -E 'no (NCCL|GPU): .*' "$OUT/$name.log" | cut -c1-60)
+			[ -n "$skip" ] && notes="$notes ($skip)"
+			;;
 		dcp-interop) notes=$(grep -E '^(torch|read|wrote|fsdp2)' "$OUT/$name.log" | tr '\n' ' ' | cut -c1-100) ;;
 		*) [ "$status" = TODO ] && notes=$(cut -c7-80 "$OUT/$name.log") ;;
 		esac
