@@ -354,7 +354,7 @@ func (c *Comm) await(x *call, start time.Time) *commFault {
 
 // checkAsync asks NCCL for the communicator's error. A failure NCCL sees
 // is often a peer's (ncclRemoteError), so before blaming itself the rank
-// gives that peer's notice two heartbeats to arrive.
+// reads the abort key, for up to two heartbeats.
 func (c *Comm) checkAsync(x *call) *commFault {
 	c.hmu.Lock()
 	h := c.h
@@ -374,10 +374,16 @@ func (c *Comm) checkAsync(x *call) *commFault {
 		return nil
 	}
 	if c.w.mon != nil {
+		// A failing rank writes its notice before it aborts, so the
+		// notice is usually there already.
 		deadline := time.Now().Add(2 * c.w.mon.every)
-		for time.Now().Before(deadline) {
+		for {
+			c.w.mon.check()
 			if f := c.faultNow(); f != nil {
 				return f
+			}
+			if time.Now().After(deadline) {
+				break
 			}
 			time.Sleep(c.w.mon.every / 10)
 		}

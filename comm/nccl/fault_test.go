@@ -59,8 +59,8 @@ func first(w *nccl.World) error { return w.Comm().Barrier(context.Background()).
 
 func TestTimeoutNamesTheRankThatDidNotArrive(t *testing.T) {
 	j := &job{n: 3, timeout: time.Second, heartbeat: 50 * time.Millisecond}
-	failed := make(chan struct{})
-	var once sync.Once
+	var failed sync.WaitGroup // ranks 0 and 1
+	failed.Add(2)
 	errs := j.run(t, func(w *nccl.World) error {
 		if err := first(w); err != nil {
 			return err
@@ -68,13 +68,12 @@ func TestTimeoutNamesTheRankThatDidNotArrive(t *testing.T) {
 		ctx := context.Background()
 		if w.Rank() == 2 {
 			// Busy elsewhere until the others have failed, then too late:
-			// its next collective fails at once, naming itself.
-			<-failed
+			// its next collective fails, naming itself.
+			failed.Wait()
 			return w.Comm().AllReduce(ctx, comm.F32(make([]float32, 4)), comm.Sum).Wait()
 		}
-		err := w.Comm().AllReduce(ctx, comm.F32(make([]float32, 4)), comm.Sum).Wait()
-		once.Do(func() { close(failed) })
-		return err
+		defer failed.Done()
+		return w.Comm().AllReduce(ctx, comm.F32(make([]float32, 4)), comm.Sum).Wait()
 	})
 	for r := range 2 {
 		check(t, r, errs[r], want{kind: comm.ErrTimeout, seq: 2, peers: []int{2},

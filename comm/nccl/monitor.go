@@ -180,19 +180,26 @@ func (m *monitor) stragglers(c *Comm, seq uint64) (out []comm.Straggler, ok bool
 	if !ok1 || !ok2 {
 		return nil, false
 	}
+	// Arrival is judged by the first read, taken at the timeout: a rank
+	// that arrives during the two heartbeats came too late all the same.
+	// The second read says only whether each rank is alive.
 	for i := range c.members {
 		if i == c.rank {
 			continue
 		}
+		r0, had := first[i]
 		r, has := second[i]
 		if !has {
 			out = append(out, comm.Straggler{Rank: i, State: "it never published its progress (not started, or running without the job's store)"})
 			continue
 		}
-		p, known := r.Comms[c.id]
-		if known && p.Issued >= seq {
+		if !had {
+			r0 = r
+		}
+		if p, known := r0.Comms[c.id]; known && p.Issued >= seq {
 			continue // arrived
 		}
+		p, known := r0.Comms[c.id]
 		var state string
 		switch {
 		case r.Closed:
