@@ -68,7 +68,9 @@
 // Backends implement Comm: package inproc runs n ranks as goroutines of one
 // process that exchange through shared memory (the single-machine default);
 // package mpi runs ranks as processes under mpirun (Open MPI, build tag
-// mpi), with the same reduction order and bits; NCCL (GPUs) comes later
-// behind the same interface. Nothing in the interface assumes that ranks share
+// mpi), with the same reduction order and bits; package nccl runs them on
+// GPUs over NCCL (one process per GPU, its bits NCCL's own order), with
+// the NCCL id exchanged through package rendezvous's TCP store at
+// MASTER_ADDR:MASTER_PORT. Nothing in the interface assumes that ranks share
 // memory. Package commtest is the conformance suite every backend runs.
 package comm
