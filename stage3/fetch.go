@@ -31,18 +31,11 @@ type fetcher struct {
 	complete bool
 	rec      []int
 	pos      int
-	inPass   bool
+	phase    phase
 	passes   int // passes since the run began
-	inFwd    bool
 
 	staging [][]float32 // spare staging buffers (mem.Comm while in use)
 	spare   []*flight   // landed flights, reused
-}
-
-type gstate struct {
-	gathered bool    // the group's values in s.full are current
-	flight   *flight // its all-gather in flight
-	holds    int     // hooks between Before and After that use it
 }
 
 // flight is one group's all-gather in flight: one collective per
@@ -113,7 +106,7 @@ func (f *fetcher) putStaging(b []float32) {
 func (f *fetcher) issue(g int) error {
 	s := f.s
 	st := &f.state[g]
-	if st.gathered || st.flight != nil {
+	if st.state != released {
 		return nil
 	}
 	n := f.gatherable(g)
@@ -156,6 +149,7 @@ func (f *fetcher) issue(g int) error {
 		if hpz {
 			copy(mine, s.hpz.bufs[i])
 		} else if err := s.readPartition(i, mine); err != nil {
+			st.to(gathering)
 			st.flight = fl // landed (and its buffers returned) by Close
 			f.live += n
 			f.flying += n
@@ -164,6 +158,7 @@ func (f *fetcher) issue(g int) error {
 		}
 		fl.hs = append(fl.hs, c.AllGather(s.o.Ctx, comm.F32(out), comm.F32(mine)))
 	}
+	st.to(gathering)
 	st.flight = fl
 	f.live += n
 	f.flying += n
@@ -213,8 +208,9 @@ func (f *fetcher) land(g int) error {
 				copy(full[sp.Offset+lo:sp.Offset+hi], sg.staging[r*ps:r*ps+hi-lo])
 			}
 		}
-		st.gathered = true
+		st.to(gathered)
 	} else {
+		st.to(released)
 		f.live -= f.gatherable(g)
 		s.fitCache()
 		s.o.Acct.Release(mem.Gathered, mem.Device, 4*int64(f.gatherable(g)))
@@ -303,10 +299,10 @@ func (f *fetcher) gatherPersistent() error {
 func (f *fetcher) release(g int) {
 	s := f.s
 	st := &f.state[g]
-	if !st.gathered {
+	if st.state != gathered {
 		return
 	}
-	st.gathered = false
+	st.to(released)
 	n := f.gatherable(g)
 	if n == 0 {
 		return
@@ -359,7 +355,7 @@ func (f *fetcher) zeroAround(g, i, j int) (lo, hi int) {
 	const reach = zcore.HugePageElems
 	sp := s.l.Specs
 	lo, hi = f.span(i, j)
-	busy := func(h int) bool { return f.state[h].gathered || f.state[h].flight != nil }
+	busy := func(h int) bool { return f.state[h].state != released }
 	for k, h := i-1, g; k >= 0 && sp[i].Offset-lo < reach; k-- {
 		for k < s.groups[h].First {
 			h--
@@ -394,7 +390,6 @@ func (f *fetcher) acquire(g int) {
 // begin starts a pass (the first hook of a forward): with a trace, the
 // partitions of its first groups are read ahead from their swap files.
 func (f *fetcher) begin() {
-	f.inPass = true
 	f.pos = 0
 	f.rec = f.rec[:0]
 	f.readAhead(0)
@@ -405,9 +400,6 @@ func (f *fetcher) begin() {
 // says comes next.
 func (f *fetcher) need(g int) error {
 	s := f.s
-	if !f.inPass {
-		f.begin()
-	}
 	f.rec = append(f.rec, g)
 	if f.complete {
 		if f.pos < len(f.trace) && f.trace[f.pos] == g {
@@ -422,18 +414,18 @@ func (f *fetcher) need(g int) error {
 		}
 	}
 	st := &f.state[g]
-	if !st.gathered {
-		if st.flight == nil {
-			if err := f.issue(g); err != nil {
-				return err
-			}
+	if st.state == released {
+		if err := f.issue(g); err != nil {
+			return err
 		}
+	}
+	if st.state == gathering {
 		if err := f.land(g); err != nil {
 			return err
 		}
 	}
 	st.holds++
-	if f.inFwd && s.hpz != nil {
+	if f.phase == forward && s.hpz != nil {
 		if err := s.hpz.keep(s, g); err != nil {
 			return err
 		}
@@ -460,8 +452,7 @@ func (f *fetcher) prefetch() error {
 	n := f.flying
 	for j := f.pos; j < len(f.trace) && n < budget; j++ {
 		h := f.trace[j]
-		st := &f.state[h]
-		if st.gathered || st.flight != nil {
+		if f.state[h].state != released {
 			continue
 		}
 		if err := f.issue(h); err != nil {
@@ -482,7 +473,7 @@ func (f *fetcher) done(g int) {
 	if st.holds > 0 {
 		return
 	}
-	if f.inFwd && f.s.c.KeepAfterForward {
+	if f.phase == forward && f.s.c.KeepAfterForward {
 		return
 	}
 	if f.complete && f.reusedSoon(g) {
@@ -514,7 +505,7 @@ func (f *fetcher) reusedSoon(g int) bool {
 func (f *fetcher) end() error {
 	var first error
 	for g := range f.state {
-		if f.state[g].flight != nil {
+		if f.state[g].state == gathering {
 			if err := f.land(g); err != nil && first == nil {
 				first = err
 			}
@@ -523,7 +514,7 @@ func (f *fetcher) end() error {
 		f.release(g)
 	}
 	f.s.dropAllAhead()
-	f.inPass = false
+	f.to(idle)
 	f.passes++
 	if first != nil {
 		return first
@@ -574,7 +565,7 @@ func (f *fetcher) close() {
 		return
 	}
 	for g := range f.state {
-		if f.state[g].flight != nil {
+		if f.state[g].state == gathering {
 			f.land(g)
 		}
 		f.release(g)

@@ -9,10 +9,10 @@ package stage3
 // BeforeForward gathers the parameters unit u reads.
 func (s *Strategy) BeforeForward(u int) error {
 	f := &s.f
-	if !f.inPass {
+	if f.phase == idle {
 		f.begin()
 	}
-	f.inFwd = true
+	f.to(forward)
 	g := s.groupOf[u]
 	if u == s.groups[g].Units[0] {
 		if err := f.need(g); err != nil {
@@ -35,10 +35,10 @@ func (s *Strategy) AfterForward(u int) error {
 // were released after forward) and makes its gradients live.
 func (s *Strategy) BeforeBackward(u int) error {
 	f := &s.f
-	if !f.inPass {
+	if f.phase == idle {
 		f.begin()
 	}
-	f.inFwd = false
+	f.to(backward)
 	if err := s.r.before(u); err != nil {
 		return err
 	}

@@ -52,8 +52,7 @@ func (f *fetcher) readAhead(from int) {
 	n := 0
 	for j := from; j < len(f.trace) && n < window; j++ {
 		g := f.trace[j]
-		st := &f.state[g]
-		if st.gathered || st.flight != nil || s.hpz != nil && s.hpz.valid[g] {
+		if f.state[g].state != released || s.hpz != nil && s.hpz.valid[g] {
 			continue // gathered, or gathered without a read
 		}
 		n += f.gatherable(g)

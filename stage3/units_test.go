@@ -51,3 +51,32 @@ func TestGroups(t *testing.T) {
 		}
 	}
 }
+
+// TestGroupStateMoves: a group moves released → gathering → gathered →
+// released (or back to released when its gather fails), and any other
+// move is a programmer error that panics naming both states.
+func TestGroupStateMoves(t *testing.T) {
+	legal := map[[2]groupState]bool{
+		{released, gathering}: true, {gathering, gathered}: true, {gathering, released}: true, {gathered, released}: true,
+	}
+	for _, from := range []groupState{released, gathering, gathered} {
+		for _, next := range []groupState{released, gathering, gathered} {
+			g := gstate{state: from}
+			panicked := func() (p any) {
+				defer func() { p = recover() }()
+				g.to(next)
+				return nil
+			}()
+			if legal[[2]groupState{from, next}] == (panicked != nil) {
+				t.Errorf("%v → %v: panicked %v, legal %v", from, next, panicked, legal[[2]groupState{from, next}])
+			}
+		}
+	}
+	f := fetcher{phase: forward}
+	defer func() {
+		if recover() == nil {
+			t.Error("a pass ended in its forward without a panic")
+		}
+	}()
+	f.to(idle)
+}
