@@ -1,7 +1,6 @@
 package stage2
 
 import (
-	"errors"
 	"fmt"
 
 	"github.com/dszero/dszero/comm"
@@ -222,13 +221,9 @@ func (s *Strategy) names(units []int) string {
 // Step takes the partition's optimizer step with the gradients reduced
 // during the backward passes since the last step (a collective).
 func (s *Strategy) Step(in zcore.StepInput) (zcore.StepResult, error) {
-	switch {
-	case s.ug.InBackward:
-		return zcore.StepResult{}, errors.New("stage 2: step in the middle of a backward pass")
-	case s.ug.Backwards == 0:
-		return zcore.StepResult{}, errors.New("stage 2: no complete backward pass since the last step: the model must call the engine's unit hooks (bind it with Hooks: engine.Strategy())")
+	if err := s.ug.TakeStep(); err != nil {
+		return zcore.StepResult{}, err
 	}
-	s.ug.Backwards = 0
 	defer clear(s.part)
 	res, err := s.shard.Step(in, s.part)
 	if err != nil {

@@ -57,7 +57,7 @@ func (r *reducer) before(u int) error {
 	if err := r.ug.Before(u); err != nil {
 		return err
 	}
-	overwrite := s.dirty && r.ug.Backwards == 0
+	overwrite := s.dirty && r.ug.Backwards() == 0
 	for _, v := range r.fresh {
 		un := &s.l.Units[v]
 		s.grads.Acquire(un.Offset, un.Offset+un.Numel, overwrite)
@@ -117,7 +117,7 @@ func (r *reducer) issue(v int) error {
 		fl.hs, fl.staged = r.spare[k-1].hs, r.spare[k-1].staged
 		r.spare = r.spare[:k-1]
 	}
-	fl.direct = s.world > 1 && r.ug.Backwards == 0 && s.o.Average.Final() && r.postScale() == 0
+	fl.direct = s.world > 1 && r.ug.Backwards() == 0 && s.o.Average.Final() && r.postScale() == 0
 	r.inflight = append(r.inflight, fl)
 	f := &r.inflight[len(r.inflight)-1]
 	for i := un.First; i <= un.Last; i++ {
@@ -205,7 +205,7 @@ func (r *reducer) landOldest() error {
 		if m := r.postScale(); m != 0 {
 			s.o.Pool.Scale(mine, m)
 		}
-		if r.ug.Backwards == 0 {
+		if r.ug.Backwards() == 0 {
 			copy(acc, mine) // the step's first micro-step
 		} else {
 			for j, x := range mine {

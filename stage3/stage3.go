@@ -423,13 +423,9 @@ func (s *Strategy) Optimizers() []optim.Optimizer { return s.opts }
 // gradients reduce-scattered since the last step, as
 // DeepSpeedZeroOptimizer_Stage3.step does (a collective).
 func (s *Strategy) Step(in zcore.StepInput) (zcore.StepResult, error) {
-	switch {
-	case s.r.ug.InBackward:
-		return zcore.StepResult{}, errors.New("stage 3: step in the middle of a backward pass")
-	case s.r.ug.Backwards == 0:
-		return zcore.StepResult{}, errors.New("stage 3: no complete backward pass since the last step: the model must call the engine's unit hooks (bind it with Hooks: engine.Strategy())")
+	if err := s.r.ug.TakeStep(); err != nil {
+		return zcore.StepResult{}, err
 	}
-	s.r.ug.Backwards = 0
 	s.steps++
 	// The gradient partitions are not cleared for the next step: its
 	// first micro-step copies into them (reducer.landOldest).

@@ -61,7 +61,7 @@ func (s *Strategy) exportSwapped(g, n int) (zcore.GroupState, error) {
 // offload_optimizer nvme), and the parameter partitions from the masters.
 // The persistent parameters are gathered again: every rank calls it.
 func (s *Strategy) ImportState(st zcore.StrategyState) error {
-	if s.steps > 0 || s.r.ug.Backwards > 0 || s.r.ug.InBackward {
+	if s.steps > 0 || s.r.ug.Backwards() > 0 || s.r.ug.InBackward() {
 		return errors.New("stage 3: load a checkpoint into a freshly built engine, before any step (as DeepSpeed requires)")
 	}
 	want := make([]int, len(s.lay.SubGroups))

@@ -24,8 +24,29 @@ type UnitGrads struct {
 	liveNumel int     // the elements of the live units
 	complete  int     // units complete in this backward pass
 
-	InBackward bool
-	Backwards  int // complete backward passes (the stage resets it at its step)
+	inBackward bool
+	backwards  int // complete backward passes since the last step
+}
+
+// InBackward reports whether a backward pass is under way.
+func (g *UnitGrads) InBackward() bool { return g.inBackward }
+
+// Backwards is the number of complete backward passes since the last
+// step (TakeStep).
+func (g *UnitGrads) Backwards() int { return g.backwards }
+
+// TakeStep is the check at an optimizer step: one or more backward passes
+// have completed since the last step and none is under way. It starts the
+// count again.
+func (g *UnitGrads) TakeStep() error {
+	switch {
+	case g.inBackward:
+		return fmt.Errorf("%s: step in the middle of a backward pass", g.who)
+	case g.backwards == 0:
+		return fmt.Errorf("%s: no complete backward pass since the last step: the model must call the engine's unit hooks (bind it with Hooks: engine.Strategy())", g.who)
+	}
+	g.backwards = 0
+	return nil
 }
 
 // NewUnitGrads follows units' gradients, accounted in acct; who names
@@ -43,10 +64,10 @@ func NewUnitGrads(who string, acct *mem.Accountant, units []model.Unit) *UnitGra
 // Begin starts a backward pass, unless one is under way: every unit waits
 // for its own AfterBackward and its borrowers'.
 func (g *UnitGrads) Begin() {
-	if g.InBackward {
+	if g.inBackward {
 		return
 	}
-	g.InBackward = true
+	g.inBackward = true
 	g.complete = 0
 	for v := range g.waiting {
 		g.waiting[v] = 1 + len(g.borrowers[v])
@@ -112,8 +133,8 @@ func (g *UnitGrads) done(v int, complete func(int) error) error {
 
 // EndPass ends a backward pass whose gradients are all reduced.
 func (g *UnitGrads) EndPass() {
-	g.InBackward = false
-	g.Backwards++
+	g.inBackward = false
+	g.backwards++
 }
 
 // Live reports whether unit v's gradients are live: from the

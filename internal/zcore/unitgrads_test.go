@@ -61,12 +61,12 @@ func TestUnitGradsTiedHead(t *testing.T) {
 	if diff := cmp.Diff([]bool{false, false, true}, alls); diff != "" {
 		t.Errorf("pass complete after each AfterBackward (-want +got):\n%s", diff)
 	}
-	if !g.InBackward || g.Backwards != 0 {
-		t.Errorf("before EndPass: InBackward %v Backwards %d, want true 0", g.InBackward, g.Backwards)
+	if !g.InBackward() || g.Backwards() != 0 {
+		t.Errorf("before EndPass: InBackward %v Backwards %d, want true 0", g.InBackward(), g.Backwards())
 	}
 	g.EndPass()
-	if g.InBackward || g.Backwards != 1 {
-		t.Errorf("after EndPass: InBackward %v Backwards %d, want false 1", g.InBackward, g.Backwards)
+	if g.InBackward() || g.Backwards() != 1 {
+		t.Errorf("after EndPass: InBackward %v Backwards %d, want false 1", g.InBackward(), g.Backwards())
 	}
 	g.Release(1)
 	g.Release(1) // a second release of the same unit is a no-op
