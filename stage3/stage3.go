@@ -488,7 +488,7 @@ func (s *Strategy) step(in zcore.StepInput) (zcore.StepResult, error) {
 	}
 	if math.IsInf(total, 0) || math.IsNaN(total) {
 		if !in.CheckOverflow {
-			return zcore.StepResult{}, errors.New("the gradient norm is not finite: training diverged (lower the learning rate, or use bf16/fp32)")
+			return zcore.StepResult{}, zcore.Diverged(total)
 		}
 	}
 	factor := optim.Zero3UnscaleFactor(total, in.LossScale, o.Clip)

@@ -34,6 +34,7 @@ import (
 	"github.com/dszero/dszero/comm"
 	"github.com/dszero/dszero/comm/inproc"
 	"github.com/dszero/dszero/dsconfig"
+	"github.com/dszero/dszero/internal/zcore"
 	"github.com/dszero/dszero/mem"
 	"github.com/dszero/dszero/model"
 	"github.com/dszero/dszero/stage3"
@@ -416,7 +417,7 @@ func (r *rank) run(onStep func(Record) error) ([]float32, error) {
 				return nil, fmt.Errorf("step %d, micro-step %d: %w", s+1, micro, err)
 			}
 			if math.IsNaN(float64(loss)) && p.Precision.DType != "fp16" {
-				return nil, fmt.Errorf("step %d, micro-step %d: the loss is NaN: training diverged (lower the learning rate)", s+1, micro)
+				return nil, fmt.Errorf("step %d, micro-step %d: the loss is NaN: %w", s+1, micro, zcore.ErrDiverged)
 			}
 			st.mine[micro] = loss
 			t2 := time.Now()

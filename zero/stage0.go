@@ -193,7 +193,7 @@ func (s *Stage0) Step(in StepInput) (StepResult, error) {
 		o.Pool.Scale(s.grads, factor)
 	}
 	if !in.CheckOverflow && (math.IsNaN(float64(total)) || math.IsInf(float64(total), 0)) {
-		return StepResult{}, fmt.Errorf("the gradient norm is %v: training diverged (lower the learning rate, or use bf16/fp32)", total)
+		return StepResult{}, zcore.Diverged(float64(total))
 	}
 	in.SetHyperparams(s.opt)
 	s.opt.Step(s.master, s.grads)

@@ -208,7 +208,7 @@ func (s *Shard) Step(in StepInput, grad []float32) (StepResult, error) {
 	}
 	groupNorm := optim.ZeroNorm(s.one[0]) // -1 when not finite
 	if groupNorm < 0 && !in.CheckOverflow {
-		return StepResult{}, fmt.Errorf("the gradient norm is not finite: training diverged (lower the learning rate, or use bf16/fp32)")
+		return StepResult{}, fmt.Errorf("the gradient norm is not finite: %w", ErrDiverged)
 	}
 	s.group[0] = groupNorm
 	total := optim.ZeroGlobalNorm(s.group[:]) // the norm over the one parameter group

@@ -2,6 +2,7 @@ package zcore
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
 	"github.com/dszero/dszero/comm"
@@ -146,4 +147,14 @@ func AllReduce(ctx context.Context, c comm.Comm, buf []float32, size int, hs []c
 	err := comm.WaitAll(hs...)
 	clear(hs)
 	return hs[:0], err
+}
+
+// ErrDiverged is a step's gradient norm that is not finite outside fp16
+// (where an overflow skips the step instead): the run cannot go on.
+var ErrDiverged = errors.New("training diverged (lower the learning rate, or use bf16/fp32)")
+
+// Diverged is the step error for a non-finite gradient norm, norm as the
+// stage computed it.
+func Diverged(norm float64) error {
+	return fmt.Errorf("the gradient norm is %v: %w", norm, ErrDiverged)
 }
