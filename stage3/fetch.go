@@ -303,6 +303,9 @@ func (f *fetcher) release(g int) {
 		return
 	}
 	st.to(released)
+	if f.gatherable(g) > 0 {
+		s.trace("release %s", s.groups[g].Name)
+	}
 	n := f.gatherable(g)
 	if n == 0 {
 		return
@@ -415,11 +418,13 @@ func (f *fetcher) need(g int) error {
 	}
 	st := &f.state[g]
 	if st.state == released {
+		s.trace("all-gather %s (%d elements)", s.groups[g].Name, f.gatherable(g))
 		if err := f.issue(g); err != nil {
 			return err
 		}
 	}
 	if st.state == gathering {
+		s.trace("wait for the all-gather of %s", s.groups[g].Name)
 		if err := f.land(g); err != nil {
 			return err
 		}
@@ -455,6 +460,7 @@ func (f *fetcher) prefetch() error {
 		if f.state[h].state != released {
 			continue
 		}
+		f.s.trace("prefetch: all-gather %s (%d elements)", f.s.groups[h].Name, f.gatherable(h))
 		if err := f.issue(h); err != nil {
 			return err
 		}

@@ -19,6 +19,13 @@ import (
 // Config are stage 3's own knobs, from zero_optimization (and the FSDP
 // dialect). Sizes are in elements.
 type Config struct {
+	// Trace, when set, hears every data movement of a step as it is
+	// issued, in program order: each unit group's all-gather (on demand or
+	// prefetched), the wait for it, its release, each unit's
+	// reduce-scatter, and each sub-group's optimizer step with its swaps.
+	// It is for reading a step (example_test.go) and debugging; nil costs
+	// nothing.
+	Trace func(event string)
 	// PrefetchBucketSize is stage3_prefetch_bucket_size: how many elements
 	// of upcoming units are all-gathered ahead of use; 0 disables prefetch.
 	PrefetchBucketSize int
@@ -494,6 +501,7 @@ func (s *Strategy) step(in zcore.StepInput) (zcore.StepResult, error) {
 	factor := optim.Zero3UnscaleFactor(total, in.LossScale, o.Clip)
 	for g := range s.lay.SubGroups {
 		lo, n := s.lay.SubGroupOffset(g), s.lay.SubGroupNumel(g)
+		s.trace("step sub-group %d (%d elements)", g, n)
 		grad := s.grad[lo : lo+n]
 		o.Pool.Scale(grad, factor)
 		var master []float32
@@ -507,6 +515,7 @@ func (s *Strategy) step(in zcore.StepInput) (zcore.StepResult, error) {
 			if s.place.inOptimizerTier(g) {
 				in.SetHyperparams(s.opts[g]) // not DeepSpeed's backup AdamW of partial offload
 			}
+			s.trace("  %s step of sub-group %d", s.opts[g].Name(), g)
 			s.opts[g].Step(master, grad)
 		}
 		if !s.aliased {
@@ -518,6 +527,7 @@ func (s *Strategy) step(in zcore.StepInput) (zcore.StepResult, error) {
 		}
 		if s.pswap != nil {
 			ids := s.lay.SubGroups[g]
+			s.trace("  swap out sub-group %d's parameter partitions", g)
 			if err := s.swapOutParams(ids[0], ids[len(ids)-1]); err != nil {
 				return zcore.StepResult{}, err
 			}
@@ -666,4 +676,11 @@ func (s *Strategy) fitCache() {
 	live := s.f.live + s.r.ug.LiveNumel()
 	s.peakLive = max(s.peakLive, live)
 	s.pages.SetRoom((s.peakLive - live) / zcore.HugePageElems)
+}
+
+// trace reports an event to Config.Trace, if set.
+func (s *Strategy) trace(format string, args ...any) {
+	if s.c.Trace != nil {
+		s.c.Trace(fmt.Sprintf(format, args...))
+	}
 }

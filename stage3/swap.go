@@ -158,19 +158,23 @@ func (s *Strategy) stepSwapped(g int, grad []float32, setHyper func(optim.Optimi
 		}
 	}
 	defer p.opt.Free()
+	s.trace("  swap in sub-group %d's fp32 master and optimizer state", g)
 	if err := s.finish(p); err != nil {
 		return nil, err
 	}
 	if next := g + 1; next < len(s.lay.SubGroups) {
 		var err error
+		s.trace("  read ahead sub-group %d", next)
 		if ss.next, err = s.prepare(next, s.lay.SubGroupNumel(next)); err != nil {
 			return nil, err
 		}
 	}
 	p.opt.SetStepCount(ss.counts[g])
 	setHyper(p.opt)
+	s.trace("  %s step of sub-group %d", p.opt.Name(), g)
 	p.opt.Step(p.master, grad)
 	ss.counts[g] = p.opt.StepCount()
+	s.trace("  swap out sub-group %d", g)
 	ss.hs = append(ss.hs[:0], ss.sw.SwapOut(swapKey(g, "master"), p.master))
 	if err := ss.out(g, p.opt); err != nil {
 		return nil, err

@@ -47,6 +47,24 @@
 //	    (stages 1 and 2: all-gather the updated partitions)
 //	scheduler.step() (only after a step that was applied)
 //
+// Reading one step in the code, in order (train.Run drives it):
+//
+//	train/train.go         the loop: Batches, Forward, Backward(GradScale), Step
+//	model/<model>          forward and backward, calling the unit hooks
+//	stage3/hooks.go        the hooks: gather a unit's group, reduce its gradients
+//	stage3/fetch.go        need → issue (all-gather) → land; prefetch along the
+//	                       recorded trace; done → release
+//	stage3/reduce.go       a unit's gradients averaged and reduce-scattered
+//	zero/engine.go         Engine.Step: loss scale, lr, the strategy's step
+//	stage3/stage3.go       step: the norm, clipping, sub-group by sub-group
+//	stage3/swap.go         a sub-group's master and state swapped in and out
+//	zero/optim/adam.go     the update itself
+//
+// stage3's Example_step prints that order for one step of a 3-unit model
+// with NVMe offload (stage3.Config.Trace is the hook it listens on); the
+// stages 0–2 follow the same loop with their own step (stage0.go,
+// stage1/, stage2/, internal/zcore/shard.go).
+//
 // Gradients are kept, accumulated and reduced in the dtypes DeepSpeed
 // uses (zcore.DeepSpeedGradDTypes: communication_data_type defaults to the
 // model's dtype). Stage 3 offloads to the pinned host and NVMe and runs on

@@ -64,6 +64,9 @@ type Options struct {
 	// SwapFS is the filesystem of NVMe offload's swap files (nil: the
 	// operating system's, with O_DIRECT); tests inject faults through it.
 	SwapFS nvme.FS
+	// Trace, when set, hears stage 3's data movement as it is issued
+	// (stage3.Config.Trace).
+	Trace func(event string)
 }
 
 // Engine is one rank's training state: strategy, optimizer, scheduler and
@@ -279,7 +282,7 @@ func stage3Config(plan dsconfig.Plan, o Options) stage3.Config {
 		PrefetchBucketSize: int(z.PrefetchBucketSize), MaxLiveParameters: int(z.MaxLiveParameters),
 		MaxReuseDistance: int(z.MaxReuseDistance), ParamPersistenceThreshold: z.ParamPersistenceThreshold,
 		ModelPersistenceThreshold: z.ModelPersistenceThreshold, SubGroupSize: int(z.SubGroupSize),
-		KeepAfterForward: o.KeepAfterForward, Wrap: stage3.WrapPolicy{MinNumParams: o.WrapMinNumParams}, Warn: o.Warn,
+		KeepAfterForward: o.KeepAfterForward, Wrap: stage3.WrapPolicy{MinNumParams: o.WrapMinNumParams}, Warn: o.Warn, Trace: o.Trace,
 		OptimizerTier: optimizerTier(plan), ParamTier: mem.Device,
 	}
 	if z.OffloadParam.Device == dsconfig.OffloadCPU {
