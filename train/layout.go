@@ -4,7 +4,9 @@ import (
 	"context"
 	"fmt"
 
+	"github.com/dszero/dszero/checkpoint"
 	"github.com/dszero/dszero/comm"
+	"github.com/dszero/dszero/zero"
 )
 
 // A SaveLayout places each checkpoint and completes it. Without one
@@ -27,6 +29,33 @@ type SaveLayout interface {
 	// Commit completes the save in dir once every rank's files are there
 	// and returns the checkpoint's path, as users resume from it.
 	Commit(dir string, step int64) (string, error)
+}
+
+// StateFormat is how a save writes each rank's training state into its
+// folder: DeepSpeed's files (package checkpoint's Save, the default) or
+// Accelerate's SHARDED_STATE_DICT (Sharded). A resume reads either,
+// whichever the folder holds.
+type StateFormat int
+
+const (
+	DeepSpeedFiles StateFormat = iota // global_stepN/ and latest (save_checkpoint)
+	Sharded                           // pytorch_model_fsdp_0/, optimizer_0/ (torch.distributed.checkpoint)
+)
+
+// save writes the engine's state into dir in format f.
+func (f StateFormat) save(dir string, e *zero.Engine, o checkpoint.Options) error {
+	if f == Sharded {
+		return checkpoint.SaveSharded(dir, e, o)
+	}
+	return checkpoint.Save(dir, "", e, o)
+}
+
+// load restores the engine's state from dir, in the format dir holds.
+func load(dir, tag string, e *zero.Engine, o checkpoint.Options) error {
+	if checkpoint.IsSharded(dir) {
+		return checkpoint.LoadSharded(dir, e, o)
+	}
+	return checkpoint.Load(dir, tag, e, o)
 }
 
 // agree tells every rank whether any rank failed what: nil when none did;

@@ -149,6 +149,8 @@ type Config struct {
 	// Layout, when set, places and completes each save (the Trainer's
 	// checkpoint-N folders); SaveDir must be set too, and turns saving on.
 	Layout SaveLayout
+	// Format is what each save writes (DeepSpeed's files by default).
+	Format StateFormat
 	// EngineOptions, when set, adjusts each rank's engine options before
 	// the engine is built (a filesystem for swap files, test knobs).
 	EngineOptions func(rank int, o *zero.Options) error
@@ -389,7 +391,9 @@ func (r *rank) run(onStep func(Record) error) ([]float32, error) {
 		if saved && cfg.Layout != nil {
 			ev.Tag = "" // dir is the layout's whole checkpoint
 		}
-		if !saved {
+		if !saved && checkpoint.IsSharded(dir) {
+			ev.Tag = "" // a sharded state dict has no tags
+		} else if !saved {
 			if tag, err := checkpoint.LatestTag(dir); err == nil {
 				ev.Tag = tag // a DeepSpeed checkpoint's own tag
 			}
@@ -399,7 +403,7 @@ func (r *rank) run(onStep func(Record) error) ([]float32, error) {
 	first := 0
 	if cfg.LoadDir != "" {
 		t0 := time.Now()
-		if err := checkpoint.Load(cfg.LoadDir, cfg.LoadTag, eng, ck); err != nil {
+		if err := load(cfg.LoadDir, cfg.LoadTag, eng, ck); err != nil {
 			return nil, fmt.Errorf("resuming from %s: %w", cfg.LoadDir, err)
 		}
 		first = int(eng.GlobalSteps())
@@ -490,7 +494,7 @@ func (r *rank) run(onStep func(Record) error) ([]float32, error) {
 			if err := checkBeforeSave(ctx, c, eng, s+1, dir); err != nil {
 				return nil, err
 			}
-			if err := checkpoint.Save(dir, "", eng, ck); err != nil {
+			if err := cfg.Format.save(dir, eng, ck); err != nil {
 				return nil, fmt.Errorf("step %d: saving a checkpoint in %s: %w", s+1, dir, err)
 			}
 			if cfg.Layout == nil {

@@ -87,7 +87,7 @@ func (j *trainJob) train() (trainResult, error) {
 		}
 	}
 	start := time.Now()
-	final, err := train.Run(train.Config{Layout: saveLayout(layout), Plan: plan, Model: j.mcfg, InitRange: initRange, Seed: f.seed, ReturnParams: res.saveModel != "", Batches: train.Tokens(j.loader, j.T), SeqLen: j.T, Steps: n, Devices: j.devs, Comm: j.l.comm(),
+	final, err := train.Run(train.Config{Layout: saveLayout(layout), Format: stateFormat(f, j.fp), Plan: plan, Model: j.mcfg, InitRange: initRange, Seed: f.seed, ReturnParams: res.saveModel != "", Batches: train.Tokens(j.loader, j.T), SeqLen: j.T, Steps: n, Devices: j.devs, Comm: j.l.comm(),
 		Checkpoint: f.gradCkpt || plan.ActivationCheckpointing.Present || j.fp.ActivationCkpt, CPUCheckpoint: plan.ActivationCheckpointing.CPUCheckpointing,
 		KeepAfterForward: j.fp.KeepAfterForward, WrapMinNumParams: j.fp.WrapMinNumParams,
 		SaveDir: f.saveDir, SaveInterval: f.saveEvery, LoadDir: f.loadDir, Timeout: f.commTimeout,

@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 
 	"github.com/dszero/dszero/checkpoint/hfstate"
+	"github.com/dszero/dszero/fsdpconfig"
 	"github.com/dszero/dszero/train"
 )
 
@@ -203,4 +204,14 @@ func (f *trainFlags) saveFlag() string {
 		return "--output_dir"
 	}
 	return "--save"
+}
+
+// stateFormat is what each save writes: with --output_dir and an FSDP
+// setup's SHARDED_STATE_DICT, Accelerate's sharded state dicts, as the
+// Trainer saves under FSDP; otherwise DeepSpeed's files.
+func stateFormat(f *trainFlags, fp fsdpconfig.Plan) train.StateFormat {
+	if f.trainer.outputDir != "" && fp.StateDict == fsdpconfig.ShardedStateDict {
+		return train.Sharded
+	}
+	return train.DeepSpeedFiles
 }
