@@ -68,7 +68,7 @@ type mlpRun struct {
 	saveAt             []int
 	swap               nvme.FS
 	before, beforeSave func(step int)
-	sharded            bool // save and load Accelerate's SHARDED_STATE_DICT (SaveSharded)
+	format             string // "sharded", "full": save and load Accelerate's SHARDED_ or FULL_STATE_DICT
 }
 
 func (mr mlpRun) run(plan dsconfig.Plan, d ztest.MLPData) (result, error) {
@@ -96,8 +96,11 @@ func (mr mlpRun) run(plan dsconfig.Plan, d ztest.MLPData) (result, error) {
 		co := checkpoint.Options{Layout: &d.Layout, Comm: c}
 		if mr.load {
 			load := func() error { return checkpoint.Load(mr.dir, "", eng, co) }
-			if mr.sharded {
+			switch mr.format {
+			case "sharded":
 				load = func() error { return checkpoint.LoadSharded(mr.dir, eng, co) }
+			case "full":
+				load = func() error { return checkpoint.LoadFull(mr.dir, eng, co) }
 			}
 			if err := load(); err != nil {
 				return err
@@ -153,8 +156,11 @@ func (mr mlpRun) run(plan dsconfig.Plan, d ztest.MLPData) (result, error) {
 					}
 				}
 				save := func() error { return checkpoint.Save(mr.dir, "", eng, co) }
-				if mr.sharded {
+				switch mr.format {
+				case "sharded":
 					save = func() error { return checkpoint.SaveSharded(mr.dir, eng, co) }
+				case "full":
+					save = func() error { return checkpoint.SaveFull(mr.dir, eng, co) }
 				}
 				if err := save(); err != nil {
 					return fmt.Errorf("saving after step %d: %w", s+1, err)

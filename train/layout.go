@@ -32,28 +32,35 @@ type SaveLayout interface {
 }
 
 // StateFormat is how a save writes each rank's training state into its
-// folder: DeepSpeed's files (package checkpoint's Save, the default) or
-// Accelerate's SHARDED_STATE_DICT (Sharded). A resume reads either,
-// whichever the folder holds.
+// folder: DeepSpeed's files (package checkpoint's Save, the default), or
+// Accelerate's SHARDED_STATE_DICT or FULL_STATE_DICT. A resume reads any
+// of them, whichever the folder holds.
 type StateFormat int
 
 const (
 	DeepSpeedFiles StateFormat = iota // global_stepN/ and latest (save_checkpoint)
 	Sharded                           // pytorch_model_fsdp_0/, optimizer_0/ (torch.distributed.checkpoint)
+	Full                              // pytorch_model_fsdp.bin, optimizer.bin (rank 0's torch.save)
 )
 
 // save writes the engine's state into dir in format f.
 func (f StateFormat) save(dir string, e *zero.Engine, o checkpoint.Options) error {
-	if f == Sharded {
+	switch f {
+	case Sharded:
 		return checkpoint.SaveSharded(dir, e, o)
+	case Full:
+		return checkpoint.SaveFull(dir, e, o)
 	}
 	return checkpoint.Save(dir, "", e, o)
 }
 
 // load restores the engine's state from dir, in the format dir holds.
 func load(dir, tag string, e *zero.Engine, o checkpoint.Options) error {
-	if checkpoint.IsSharded(dir) {
+	switch {
+	case checkpoint.IsSharded(dir):
 		return checkpoint.LoadSharded(dir, e, o)
+	case checkpoint.IsFull(dir):
+		return checkpoint.LoadFull(dir, e, o)
 	}
 	return checkpoint.Load(dir, tag, e, o)
 }

@@ -391,8 +391,8 @@ func (r *rank) run(onStep func(Record) error) ([]float32, error) {
 		if saved && cfg.Layout != nil {
 			ev.Tag = "" // dir is the layout's whole checkpoint
 		}
-		if !saved && checkpoint.IsSharded(dir) {
-			ev.Tag = "" // a sharded state dict has no tags
+		if !saved && (checkpoint.IsSharded(dir) || checkpoint.IsFull(dir)) {
+			ev.Tag = "" // Accelerate's state dicts have no tags
 		} else if !saved {
 			if tag, err := checkpoint.LatestTag(dir); err == nil {
 				ev.Tag = tag // a DeepSpeed checkpoint's own tag

@@ -207,11 +207,18 @@ func (f *trainFlags) saveFlag() string {
 }
 
 // stateFormat is what each save writes: with --output_dir and an FSDP
-// setup's SHARDED_STATE_DICT, Accelerate's sharded state dicts, as the
-// Trainer saves under FSDP; otherwise DeepSpeed's files.
+// setup, Accelerate's state dicts of its state_dict_type, as the Trainer
+// saves under FSDP (LOCAL_STATE_DICT, which dszero does not write, keeps
+// DeepSpeed's per-rank files); otherwise DeepSpeed's files.
 func stateFormat(f *trainFlags, fp fsdpconfig.Plan) train.StateFormat {
-	if f.trainer.outputDir != "" && fp.StateDict == fsdpconfig.ShardedStateDict {
+	if f.trainer.outputDir == "" {
+		return train.DeepSpeedFiles
+	}
+	switch fp.StateDict {
+	case fsdpconfig.ShardedStateDict:
 		return train.Sharded
+	case fsdpconfig.FullStateDict:
+		return train.Full
 	}
 	return train.DeepSpeedFiles
 }

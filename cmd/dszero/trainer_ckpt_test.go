@@ -130,50 +130,63 @@ func TestTrainerCheckpointFlags(t *testing.T) {
 	}
 }
 
-// TestTrainerFSDPSharded: with an FSDP setup whose state dict type is
-// SHARDED_STATE_DICT, --output_dir writes each checkpoint-N as the
-// Trainer does under FSDP — pytorch_model_fsdp_0/ and optimizer_0/ in
-// torch.distributed.checkpoint's format, no DeepSpeed files — and
+// TestTrainerFSDP: with an FSDP setup, --output_dir writes each
+// checkpoint-N as the Trainer does under FSDP, in the setup's
+// state_dict_type — SHARDED_STATE_DICT: pytorch_model_fsdp_0/ and
+// optimizer_0/ in torch.distributed.checkpoint's format; FULL_STATE_DICT:
+// pytorch_model_fsdp.bin and optimizer.bin — with no DeepSpeed files, and
 // --resume_from_checkpoint true continues from it bit for bit, and at
 // another world size too.
-func TestTrainerFSDPSharded(t *testing.T) {
-	dir := t.TempDir()
-	whole, split := filepath.Join(dir, "whole"), filepath.Join(dir, "split")
-	args := func(out, steps string, extra ...string) []string {
-		return append([]string{"train", "--fsdp-config", fsdpCorpus + "BenasdTW__LLMTrain__fsdp_grad_op.yaml", "--model", "tiny", "--data", "random",
-			"--seq", "16", "--blas", "gonum", "--quiet", "--steps", steps, "--output_dir", out, "--save_steps", "2", "--json-log", out + ".log"}, extra...)
-	}
-	if code, out, errs := runCLI(args(whole, "6")...); code != 0 {
-		t.Fatalf("6 steps: exit %d\n%s%s", code, out, errs)
-	}
-	if code, out, errs := runCLI(args(split, "4")...); code != 0 {
-		t.Fatalf("4 steps: exit %d\n%s%s", code, out, errs)
-	}
-	ck := filepath.Join(split, "checkpoint-4")
-	for _, p := range []string{"pytorch_model_fsdp_0/.metadata", "optimizer_0/.metadata", "pytorch_model_fsdp_0/__1_0.distcp", "dszero_state.pt", "trainer_state.json"} {
-		if _, err := os.Stat(filepath.Join(ck, p)); err != nil {
-			t.Errorf("checkpoint-4: %v", err)
-		}
-	}
-	if _, err := os.Stat(filepath.Join(ck, "latest")); err == nil {
-		t.Errorf("checkpoint-4 holds DeepSpeed's latest: the sharded layout should replace DeepSpeed's files")
-	}
-	first := logLosses(t, split+".log")
-	code, out, errs := runCLI(args(split, "6", "--resume_from_checkpoint", "true")...)
-	if code != 0 || !strings.Contains(out, "resumed from "+ck+" (step 4)") {
-		t.Fatalf("resume: exit %d\n%s%s", code, out, errs)
-	}
-	want, resumed := logLosses(t, whole+".log"), logLosses(t, split+".log")
-	for s := int64(1); s <= 6; s++ {
-		got := first[s]
-		if s > 4 {
-			got = resumed[s]
-		}
-		if got != want[s] {
-			t.Errorf("step %d: loss %v, the uninterrupted run's %v", s, got, want[s])
-		}
-	}
-	if code, out, errs := runCLI(args(filepath.Join(dir, "three"), "5", "--nproc", "3", "--resume_from_checkpoint", ck)...); code != 0 || !strings.Contains(out, "resumed from "+ck) {
-		t.Errorf("resuming at 3 ranks: exit %d\n%s%s", code, out, errs)
+func TestTrainerFSDP(t *testing.T) {
+	for _, tc := range []struct {
+		name, config string
+		files        []string
+	}{
+		{"sharded", "BenasdTW__LLMTrain__fsdp_grad_op.yaml", []string{"pytorch_model_fsdp_0/.metadata", "optimizer_0/.metadata", "pytorch_model_fsdp_0/__1_0.distcp"}},
+		{"full", "BenasdTW__LLMTrain__fsdp.yaml", []string{"pytorch_model_fsdp.bin", "optimizer.bin"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			whole, split := filepath.Join(dir, "whole"), filepath.Join(dir, "split")
+			args := func(out, steps string, extra ...string) []string {
+				return append([]string{"train", "--fsdp-config", fsdpCorpus + tc.config, "--nproc", "2", "--model", "tiny", "--data", "random",
+					"--seq", "16", "--blas", "gonum", "--quiet", "--steps", steps, "--output_dir", out, "--save_steps", "2", "--json-log", out + ".log"}, extra...)
+			}
+			if code, out, errs := runCLI(args(whole, "6")...); code != 0 {
+				t.Fatalf("6 steps: exit %d\n%s%s", code, out, errs)
+			}
+			if code, out, errs := runCLI(args(split, "4")...); code != 0 {
+				t.Fatalf("4 steps: exit %d\n%s%s", code, out, errs)
+			}
+			ck := filepath.Join(split, "checkpoint-4")
+			for _, p := range append(tc.files, "dszero_state.pt", "trainer_state.json") {
+				if _, err := os.Stat(filepath.Join(ck, p)); err != nil {
+					t.Errorf("checkpoint-4: %v", err)
+				}
+			}
+			for _, p := range []string{"latest", "global_step4", ".full.tmp"} {
+				if _, err := os.Stat(filepath.Join(ck, p)); err == nil {
+					t.Errorf("checkpoint-4 holds %s: Accelerate's state dicts replace DeepSpeed's files", p)
+				}
+			}
+			first := logLosses(t, split+".log")
+			code, out, errs := runCLI(args(split, "6", "--resume_from_checkpoint", "true")...)
+			if code != 0 || !strings.Contains(out, "resumed from "+ck+" (step 4)") {
+				t.Fatalf("resume: exit %d\n%s%s", code, out, errs)
+			}
+			want, resumed := logLosses(t, whole+".log"), logLosses(t, split+".log")
+			for s := int64(1); s <= 6; s++ {
+				got := first[s]
+				if s > 4 {
+					got = resumed[s]
+				}
+				if got != want[s] {
+					t.Errorf("step %d: loss %v, the uninterrupted run's %v", s, got, want[s])
+				}
+			}
+			if code, out, errs := runCLI(args(filepath.Join(dir, "three"), "5", "--nproc", "3", "--resume_from_checkpoint", ck)...); code != 0 || !strings.Contains(out, "resumed from "+ck) {
+				t.Errorf("resuming at 3 ranks: exit %d\n%s%s", code, out, errs)
+			}
+		})
 	}
 }
