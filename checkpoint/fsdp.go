@@ -110,12 +110,17 @@ func saveShardedRank(modelDir, optimDir string, e *zero.Engine, st zero.State, l
 		}
 	}
 	var mitems, oitems []dcp.WriteItem
-	owner := rank // stage 0: every rank holds everything; rank 0 writes it
+	// Stage 0 holds everything on every rank: rank 0 writes it. Hybrid
+	// sharding (MiCS, HYBRID_SHARD) partitions over groups of
+	// Strategy.World consecutive ranks, each group a replica: the first
+	// group writes.
+	world, part := partitioning(st)
+	writes := rank < world
 	if st.Strategy.Stage == 0 {
-		owner = 0
+		writes = rank == 0
 	}
-	if owner == rank {
-		eachPiece(st.Strategy.Stage, st.Strategy.World, rank, l, func(sp *model.ParamSpec, a, b, at int) {
+	if writes {
+		eachPiece(st.Strategy.Stage, world, part, l, func(sp *model.ParamSpec, a, b, at int) {
 			size := shape64(sp.Shape)
 			for _, box := range dcp.FlatBoxes(size, int64(a), int64(b)) {
 				k := int(dcp.Numel(box.Sizes))
@@ -330,7 +335,8 @@ func readSharded(dir string, e *zero.Engine, l *model.Layout, rank int) (zero.St
 			dsts[nm] = make([]float32, n)
 		}
 	}
-	eachPiece(plan.Zero.Stage, plan.WorldSize, rank, l, func(sp *model.ParamSpec, a, b, at int) {
+	world, part := partitioning(st)
+	eachPiece(plan.Zero.Stage, world, part, l, func(sp *model.ParamSpec, a, b, at int) {
 		if err != nil {
 			return
 		}
@@ -460,6 +466,14 @@ func readEngineState(path string, st *zero.State) error {
 		}
 	}
 	return nil
+}
+
+// partitioning is the ranks a rank's state is partitioned over and its
+// place among them: the whole world, or its shard group under hybrid
+// sharding (consecutive ranks; see zero.NewEngine).
+func partitioning(st zero.State) (world, part int) {
+	world = max(st.Strategy.World, 1)
+	return world, st.Strategy.Rank % world
 }
 
 // syncer is o's barrier.

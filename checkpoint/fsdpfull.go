@@ -191,7 +191,8 @@ func readFull(dir string, e *zero.Engine, l *model.Layout, rank int) (zero.State
 		}
 		return f, t, where, nil
 	}
-	eachPiece(plan.Zero.Stage, plan.WorldSize, rank, l, func(sp *model.ParamSpec, a, b, at int) {
+	world, part := partitioning(st)
+	eachPiece(plan.Zero.Stage, world, part, l, func(sp *model.ParamSpec, a, b, at int) {
 		for _, k := range keys {
 			if err != nil {
 				return

@@ -135,22 +135,37 @@ func TestTrainerCheckpointFlags(t *testing.T) {
 // state_dict_type — SHARDED_STATE_DICT: pytorch_model_fsdp_0/ and
 // optimizer_0/ in torch.distributed.checkpoint's format; FULL_STATE_DICT:
 // pytorch_model_fsdp.bin and optimizer.bin — with no DeepSpeed files, and
-// --resume_from_checkpoint true continues from it bit for bit, and at
-// another world size too.
+// --resume_from_checkpoint true continues from it bit for bit (under
+// HYBRID_SHARD too), and at another world size and strategy.
 func TestTrainerFSDP(t *testing.T) {
+	sharded := []string{"pytorch_model_fsdp_0/.metadata", "optimizer_0/.metadata", "pytorch_model_fsdp_0/__1_0.distcp"}
 	for _, tc := range []struct {
 		name, config string
+		hybrid       bool // HYBRID_SHARD over 4 ranks in groups of 2, from config
 		files        []string
 	}{
-		{"sharded", "BenasdTW__LLMTrain__fsdp_grad_op.yaml", []string{"pytorch_model_fsdp_0/.metadata", "optimizer_0/.metadata", "pytorch_model_fsdp_0/__1_0.distcp"}},
-		{"full", "BenasdTW__LLMTrain__fsdp.yaml", []string{"pytorch_model_fsdp.bin", "optimizer.bin"}},
+		{"sharded", "BenasdTW__LLMTrain__fsdp_grad_op.yaml", false, sharded},
+		{"full", "BenasdTW__LLMTrain__fsdp.yaml", false, []string{"pytorch_model_fsdp.bin", "optimizer.bin"}},
+		{"hybrid_sharded", "BenasdTW__LLMTrain__fsdp_grad_op.yaml", true, sharded},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			dir := t.TempDir()
 			whole, split := filepath.Join(dir, "whole"), filepath.Join(dir, "split")
+			config, ranks := fsdpCorpus+tc.config, []string{"--nproc", "2"}
+			if tc.hybrid {
+				b, err := os.ReadFile(config)
+				if err != nil {
+					t.Fatal(err)
+				}
+				config = filepath.Join(dir, "hybrid.yaml")
+				if err := os.WriteFile(config, []byte(strings.Replace(string(b), "SHARD_GRAD_OP", "HYBRID_SHARD", 1)), 0o644); err != nil {
+					t.Fatal(err)
+				}
+				ranks = []string{"--nproc", "4", "--shard-group-size", "2"}
+			}
 			args := func(out, steps string, extra ...string) []string {
-				return append([]string{"train", "--fsdp-config", fsdpCorpus + tc.config, "--nproc", "2", "--model", "tiny", "--data", "random",
-					"--seq", "16", "--blas", "gonum", "--quiet", "--steps", steps, "--output_dir", out, "--save_steps", "2", "--json-log", out + ".log"}, extra...)
+				return append(append([]string{"train", "--fsdp-config", config, "--model", "tiny", "--data", "random",
+					"--seq", "16", "--blas", "gonum", "--quiet", "--steps", steps, "--output_dir", out, "--save_steps", "2", "--json-log", out + ".log"}, ranks...), extra...)
 			}
 			if code, out, errs := runCLI(args(whole, "6")...); code != 0 {
 				t.Fatalf("6 steps: exit %d\n%s%s", code, out, errs)
@@ -184,7 +199,9 @@ func TestTrainerFSDP(t *testing.T) {
 					t.Errorf("step %d: loss %v, the uninterrupted run's %v", s, got, want[s])
 				}
 			}
-			if code, out, errs := runCLI(args(filepath.Join(dir, "three"), "5", "--nproc", "3", "--resume_from_checkpoint", ck)...); code != 0 || !strings.Contains(out, "resumed from "+ck) {
+			other := []string{"train", "--fsdp-config", fsdpCorpus + tc.config, "--model", "tiny", "--data", "random", "--seq", "16", "--blas", "gonum", "--quiet",
+				"--steps", "5", "--output_dir", filepath.Join(dir, "three"), "--nproc", "3", "--resume_from_checkpoint", ck}
+			if code, out, errs := runCLI(other...); code != 0 || !strings.Contains(out, "resumed from "+ck) {
 				t.Errorf("resuming at 3 ranks: exit %d\n%s%s", code, out, errs)
 			}
 		})
