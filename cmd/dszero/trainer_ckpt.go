@@ -7,8 +7,11 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"strings"
 
+	"github.com/dszero/dszero/checkpoint"
 	"github.com/dszero/dszero/checkpoint/hfstate"
+	"github.com/dszero/dszero/dsconfig"
 	"github.com/dszero/dszero/fsdpconfig"
 	"github.com/dszero/dszero/train"
 )
@@ -221,4 +224,29 @@ func stateFormat(f *trainFlags, fp fsdpconfig.Plan) train.StateFormat {
 		return train.Full
 	}
 	return train.DeepSpeedFiles
+}
+
+// explainCheckpoints is config explain's Checkpoints section: the files a
+// run of plan p writes with --save and with --output_dir.
+func explainCheckpoints(w io.Writer, p dsconfig.Plan) {
+	stage, dtype := p.Zero.Stage, p.Precision.DType
+	var files []string
+	for r := range min(max(p.WorldSize, 1), 2) {
+		m, o := checkpoint.FileNames(stage, r, dtype)
+		for _, f := range []string{m, o} {
+			if f != "" {
+				files = append(files, f)
+			}
+		}
+	}
+	more := ""
+	if p.WorldSize > 2 {
+		more = ", … for each rank"
+	}
+	fmt.Fprintf(w, "\nCheckpoints\n")
+	fmt.Fprintf(w, "  --save DIR: DeepSpeed's layout, DIR/global_stepN/ (%s%s) and DIR/latest\n", strings.Join(files, ", "), more)
+	fmt.Fprintf(w, "  --output_dir DIR: the Trainer's, DIR/checkpoint-N/ holding those files, trainer_state.json and each rank's dszero_rng_state_R.pth\n")
+	if stage == 3 && p.Zero.Gather16BitWeightsOnModelSave {
+		fmt.Fprintf(w, "  stage3_gather_16bit_weights_on_model_save: the consolidated weights also go to DIR/consolidated (model.safetensors)\n")
+	}
 }

@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/dszero/dszero/checkpoint/hfstate"
+	"github.com/dszero/dszero/dsconfig"
 	"github.com/google/go-cmp/cmp"
 )
 
@@ -205,5 +206,32 @@ func TestTrainerFSDP(t *testing.T) {
 				t.Errorf("resuming at 3 ranks: exit %d\n%s%s", code, out, errs)
 			}
 		})
+	}
+}
+
+// TestExplainCheckpoints: config explain names the files each save
+// writes, by stage and precision, under both layouts.
+func TestExplainCheckpoints(t *testing.T) {
+	for _, tc := range []struct {
+		js    string
+		world int
+		want  []string
+	}{
+		{`{"train_micro_batch_size_per_gpu": 1, "optimizer": {"type": "AdamW"}, "zero_optimization": {"stage": 3, "stage3_gather_16bit_weights_on_model_save": true}}`, 3,
+			[]string{"zero_pp_rank_1_mp_rank_00_model_states.pt", "… for each rank", "DIR/consolidated"}},
+		{`{"train_micro_batch_size_per_gpu": 1, "optimizer": {"type": "AdamW"}, "bf16": {"enabled": true}, "zero_optimization": {"stage": 2}}`, 2,
+			[]string{"mp_rank_00_model_states.pt, bf16_zero_pp_rank_0_mp_rank_00_optim_states.pt, bf16_zero_pp_rank_1_mp_rank_00_optim_states.pt)", "DIR/checkpoint-N/"}},
+	} {
+		p, err := dsconfig.Load(tc.js, dsconfig.Options{WorldSize: tc.world})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var b bytes.Buffer
+		explainCheckpoints(&b, p)
+		for _, w := range tc.want {
+			if !strings.Contains(b.String(), w) {
+				t.Errorf("%s: no %q in\n%s", tc.js, w, b.String())
+			}
+		}
 	}
 }
