@@ -17,7 +17,9 @@ package comm
 // CPU backends therefore adds in this order (ReduceRing), so that a
 // 3-rank stage-0 run reproduces theirs bit for bit as a 2-rank run does.
 //
-// ReduceScatter and Reduce keep rank order: DeepSpeed's stages 1 and 2
+// Every all-reduce takes the order, a ZeRO stage's bucket all-reduce too
+// (DeepSpeed's stage 1/2 path with reduce_scatter false is one).
+// ReduceScatter keeps rank order: DeepSpeed's stages 1 and 2
 // reduce each partition with dist.reduce, whose ring (gloo/reduce.cc)
 // follows the same chain over the partition for partitions below
 // 2·W MiB, and its stage 3 reduce-scatter, which torch 1.13's gloo lacks,
