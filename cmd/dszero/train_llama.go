@@ -106,6 +106,9 @@ func (j *trainJob) loadLlama() (bool, error) {
 		}
 		return ok, err
 	}
+	if err := checkWrapClasses(j.fp.WrapClasses, cfg.Family); err != nil {
+		return true, err
+	}
 	j.lm = &llamaJob{cfg: cfg}
 	if dir == "" {
 		return true, nil
@@ -117,6 +120,26 @@ func (j *trainJob) loadLlama() (bool, error) {
 	j.closers = append(j.closers, func() { w.Close() })
 	j.lm = &llamaJob{cfg: w.Config(), dir: dir, weights: w}
 	return true, nil
+}
+
+// checkWrapClasses refuses an FSDP transformer_layer_cls_to_wrap naming a
+// class the model does not have, as accelerate does ("Could not find the
+// transformer layer class ... in the model"). The model's classes are its
+// family's (LlamaDecoderLayer, LlamaRMSNorm, ...) and torch's Embedding
+// and Linear; [GPT2Block] alone is fsdpconfig's default when the setup
+// names none, and means one unit per decoder layer as well.
+func checkWrapClasses(classes []string, fam llama.Family) error {
+	if slices.Equal(classes, []string{"GPT2Block"}) {
+		return nil
+	}
+	prefix := strings.TrimSuffix(fam.DecoderLayerClass(), "DecoderLayer")
+	for _, c := range classes {
+		if !strings.HasPrefix(c, prefix) && c != "Embedding" && c != "Linear" {
+			return fmt.Errorf("the FSDP setup's transformer_layer_cls_to_wrap names %s, which is not a class of this %s model (accelerate: Could not find the transformer layer class %s in the model): name %s",
+				c, fam, c, fam.DecoderLayerClass())
+		}
+	}
+	return nil
 }
 
 // loadModel is --model: a preset, or a Hugging Face directory (GPT-2 or

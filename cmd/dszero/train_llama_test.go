@@ -10,9 +10,15 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 
+	"github.com/dszero/dszero/blas"
+	"github.com/dszero/dszero/data"
+	"github.com/dszero/dszero/dsconfig"
+	"github.com/dszero/dszero/mem"
 	"github.com/dszero/dszero/model/llama"
+	"github.com/dszero/dszero/train"
 )
 
 // llamaConfig writes a ds_config for a stage, micro-batch and
@@ -181,6 +187,8 @@ func TestTrainLlamaErrors(t *testing.T) {
 	noWeights := filepath.Join(dir, "noweights")
 	os.MkdirAll(noWeights, 0o755)
 	os.WriteFile(filepath.Join(noWeights, "config.json"), []byte(`{"model_type": "llama", "vocab_size": 64, "hidden_size": 16, "intermediate_size": 32, "num_hidden_layers": 1, "num_attention_heads": 2}`), 0o644)
+	wrapLlama := filepath.Join(dir, "fsdp.json")
+	os.WriteFile(wrapLlama, []byte(`{"transformer_layer_cls_to_wrap": ["LlamaDecoderLayer"]}`), 0o644)
 	mdir := qwen3Dir(t)
 	for _, tc := range []struct {
 		args []string
@@ -194,6 +202,7 @@ func TestTrainLlamaErrors(t *testing.T) {
 		{[]string{"--model", mdir, "--data", bad}, "record 1"},
 		{[]string{"--model", mdir, "--data", empty}, "empty.jsonl"},
 		{[]string{"--model", mdir, "--data", long, "--seq", "32"}, "long.jsonl"},
+		{[]string{"--model", "tiny-qwen3", "--fsdp", "full_shard auto_wrap", "--fsdp_config", wrapLlama}, "names LlamaDecoderLayer, which is not a class of this qwen3 model"},
 		{[]string{"--model", "tiny-qwen3", "--tokenizer", mdir, "--data", recs}, "vocabulary is 256; give the model's own tokenizer"},
 		{[]string{"--model", mdir, "--data", recs, "--save-model", filepath.Join(dir, "out"), "--max-shard-size", "12"}, "give a unit"},
 	} {
@@ -216,4 +225,60 @@ func jsonKeys(t *testing.T, path string) map[string]json.RawMessage {
 		t.Fatalf("%s: %v", path, err)
 	}
 	return m
+}
+
+// TestLlamaStage3ReadsOnlySlices: with --model DIR each rank reads the
+// checkpoint by range (j.initRange is the directory's Weights.ReadRange):
+// at stage 3 on two ranks the ranks together read the model once, no read
+// larger than a rank's half, so no rank ever holds the full model; at
+// stage 0 each rank reads all of it.
+func TestLlamaStage3ReadsOnlySlices(t *testing.T) {
+	src := filepath.Join("..", "..", "model", "llama", "testdata", "llama3")
+	cfg, err := llama.ReadConfig(filepath.Join(src, "config.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, err := llama.OpenWeights(src, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	numel := w.Config().Layout().Numel
+	eng, err := blas.New(blas.Options{Backend: blas.Gonum})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, stage := range []int{0, 3} {
+		plan, diags := dsconfig.Compile("z.json", []byte(fmt.Sprintf(`{"train_micro_batch_size_per_gpu": 2, "optimizer": {"type": "AdamW"},
+			"zero_optimization": {"stage": %d, "stage3_param_persistence_threshold": 0}}`, stage)), dsconfig.Options{WorldSize: 2})
+		if diags.HasErrors() {
+			t.Fatal(diags)
+		}
+		ld, err := data.NewLoader(data.Random(cfg.Vocab, 4096, 1), data.Layout{B: 2, T: 16, GAS: 1, World: 2})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var mu sync.Mutex
+		read, largest := 0, 0
+		devs := make([]train.Device, 2)
+		for r := range devs {
+			devs[r] = train.Device{Acct: mem.NewAccountant(r), Gemm: eng}
+		}
+		_, err = train.Run(train.Config{Plan: plan, Model: w.Config(), Batches: train.Tokens(ld, 16), SeqLen: 16, Steps: 1, Devices: devs,
+			InitRange: func(dst []float32, lo int) error {
+				mu.Lock()
+				read, largest = read+len(dst), max(largest, len(dst))
+				mu.Unlock()
+				return w.ReadRange(dst, lo)
+			}}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		switch {
+		case stage == 0 && read != 2*numel:
+			t.Errorf("stage 0: the ranks read %d elements, want 2 × %d", read, numel)
+		case stage == 3 && (read != numel || largest > (numel+1)/2):
+			t.Errorf("stage 3: the ranks read %d elements (want the model's %d once), the largest read %d (want ≤ half)", read, numel, largest)
+		}
+	}
 }
