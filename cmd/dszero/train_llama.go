@@ -94,6 +94,21 @@ func llamaModel(arg string) (cfg llama.Config, dir string, ok bool, err error) {
 	return cfg, arg, true, err
 }
 
+// llamaLayout is the flat-buffer layout of --model arg when it is a
+// Llama-family model (for config explain's units and estimate's model
+// states); ok is false when it is not one.
+func llamaLayout(arg string) (l *model.Layout, ok bool, err error) {
+	cfg, _, ok, err := llamaModel(arg)
+	if !ok || err != nil {
+		if err != nil {
+			err = fmt.Errorf("--model %s: %w", arg, err)
+		}
+		return nil, ok, err
+	}
+	lay := cfg.WithDefaults().Layout()
+	return &lay, true, nil
+}
+
 // loadLlama is --model for the Llama family (llamaModel), the
 // directory's weights opened for each rank to read its slices. It
 // reports whether the argument was one (false: it is a GPT's).

@@ -282,3 +282,18 @@ func TestLlamaStage3ReadsOnlySlices(t *testing.T) {
 		}
 	}
 }
+
+// TestLlamaEstimateAndExplain: dszero estimate and config explain take a
+// Llama-family --model: Qwen2.5-0.5B has 494,032,768 parameters (its
+// model card's count, tied embeddings counted once) and stage 3 gathers
+// one unit per decoder layer.
+func TestLlamaEstimateAndExplain(t *testing.T) {
+	code, out, errs := runCLI("estimate", "--model", "qwen2.5-0.5b", "--num_gpus", "2")
+	if code != 0 || !strings.Contains(out, "qwen2.5-0.5b: 494,032,768 parameters, largest layer model.embed_tokens") {
+		t.Errorf("estimate: exit %d\n%s%s", code, out, errs)
+	}
+	code, out, errs = runCLI("config", "explain", "../../examples/ds_config_zero3.json", "--world-size", "2", "--model", "tiny-qwen3")
+	if code != 0 || !strings.Contains(out, "1 model.layers.0 ") || !strings.Contains(out, "2 model.layers.1 ") {
+		t.Errorf("config explain: exit %d\n%s%s", code, out, errs)
+	}
+}
