@@ -7,8 +7,8 @@ import (
 )
 
 // TestLlamaReferenceCases runs the tiny Llama's cases (stages 0-3, fp32,
-// 2 ranks, real DeepSpeed 0.14.5 on model/llama's plain-PyTorch
-// LlamaForCausalLM, testdata/deepspeed-0.14.5-cpu-llama/README.md): every
+// 2 ranks) and the tiny Qwen3's (stages 0 and 3): real DeepSpeed 0.14.5 on
+// model/llama's plain-PyTorch LlamaForCausalLM and Qwen3ForCausalLM, testdata/deepspeed-0.14.5-cpu-llama/README.md): every
 // one passes, its checkpoint layout matches DeepSpeed's, DeepSpeed's step-5
 // checkpoint resumes, and dszero's own resume is bit-exact.
 func TestLlamaReferenceCases(t *testing.T) {
@@ -31,7 +31,7 @@ func TestLlamaReferenceCases(t *testing.T) {
 			t.Errorf("%s: resume %s (DeepSpeed's checkpoint resumed: %v)", c.Name, r.Resume, r.ResumeLoss != nil)
 		}
 	}
-	if want := []string{"llama/z0_fp32", "llama/z1_fp32", "llama/z2_fp32", "llama/z3_fp32"}; !slices.Equal(names, want) {
+	if want := []string{"llama/z0_fp32", "llama/z1_fp32", "llama/z2_fp32", "llama/z3_fp32", "qwen3/z0_fp32", "qwen3/z3_fp32"}; !slices.Equal(names, want) {
 		t.Errorf("cases %v, want %v", names, want)
 	}
 }
