@@ -169,6 +169,31 @@ func TestTrainLlamaRecordsLossNormalization(t *testing.T) {
 	}
 }
 
+// TestTrainLlamaPacking: packed, the 8 chat records share one row of 512
+// tokens, attention and positions restarting at each; unpacked, each has
+// its own row of 64. With the whole set in every step's global batch
+// (micro-batch 1 packed, 8 unpacked), both train on the same targets, so
+// every step's loss agrees: packing changes no sample's loss.
+func TestTrainLlamaPacking(t *testing.T) {
+	mdir, dir := qwen3Dir(t), t.TempDir()
+	recs := filepath.Join(dir, "chat.jsonl")
+	var b strings.Builder
+	for i := range 8 {
+		fmt.Fprintf(&b, `{"messages": [{"role": "user", "content": "Question %d?"}, {"role": "assistant", "content": %q}]}`+"\n", i, strings.Repeat("yes ", 1+i))
+	}
+	if err := os.WriteFile(recs, []byte(b.String()), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	base := []string{"train", "--model", mdir, "--data", recs, "--steps", "3", "--blas", "gonum"}
+	unpacked := runLog(t, append(base, "--seq", "64", "--deepspeed", llamaConfig(t, dir, 0, 8, 1))...)
+	packed := runLog(t, append(base, "--seq", "512", "--packing", "--deepspeed", llamaConfig(t, dir, 0, 1, 1))...)
+	for i := range unpacked {
+		if math.Abs(packed[i]-unpacked[i]) > 1e-5*unpacked[i] {
+			t.Errorf("step %d: packed loss %.9g, unpacked %.9g", i+1, packed[i], unpacked[i])
+		}
+	}
+}
+
 // TestTrainLlamaErrors: what cannot train says why, naming the file, the
 // record or the flag to give.
 func TestTrainLlamaErrors(t *testing.T) {
