@@ -148,3 +148,39 @@ func names(ts map[string]stformat.Tensor) []string {
 	slices.Sort(n)
 	return n
 }
+
+// TestExportLlamaErrors: export --format hf says what it needs, and a
+// checkpoint exported as another model than it was trained as names the
+// first tensor that does not fit.
+func TestExportLlamaErrors(t *testing.T) {
+	tmp := t.TempDir()
+	ck := filepath.Join(tmp, "ck")
+	if code, o, e := runCLI("train", "--model", "tiny-llama", "--data", "random", "--seq", "16", "--steps", "1", "--quiet", "--blas", "gonum",
+		"--deepspeed", llamaConfig(t, tmp, 3, 2, 1), "--nproc", "2", "--save", ck); code != 0 {
+		t.Fatalf("train: exit %d\n%s%s", code, o, e)
+	}
+	out := filepath.Join(tmp, "out")
+	for _, tc := range []struct {
+		args []string
+		code int
+		want string
+	}{
+		{[]string{"--format", "hf"}, 2, "--format hf needs --model"},
+		{[]string{"--format", "onnx", "--model", "tiny-llama"}, 2, `--format "onnx": want hf or safetensors`},
+		{[]string{"--format", "safetensors", "--model", "tiny-llama"}, 1, "leave --model out for one model.safetensors"},
+		{[]string{"--format", "hf", "--model", "tiny-qwen3"}, 1, "is not a parameter of this model"},
+		{[]string{"--format", "hf", "--model", "tiny-llama", "--max-shard-size", "5"}, 1, "give a unit"},
+	} {
+		code, o, e := runCLI(append([]string{"export", ck, out}, tc.args...)...)
+		if code != tc.code || !strings.Contains(e, tc.want) {
+			t.Errorf("%v: exit %d, want %d and %q:\n%s%s", tc.args, code, tc.code, tc.want, o, e)
+		}
+	}
+	// --model alone is the Hugging Face directory too.
+	if code, o, e := runCLI("export", ck, out, "--model", "tiny-llama"); code != 0 || !strings.Contains(o, "a Hugging Face LlamaForCausalLM directory") {
+		t.Errorf("export --model tiny-llama: exit %d\n%s%s", code, o, e)
+	}
+	if _, err := stformat.ReadDir(out); err != nil {
+		t.Error(err)
+	}
+}
