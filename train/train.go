@@ -184,7 +184,7 @@ func (e CheckpointEvent) Path() string { return filepath.Join(e.Dir, e.Tag) }
 // Record is what one optimizer step did (one line of --json-log).
 type Record struct {
 	Step       int64   `json:"step"`
-	Loss       float64 `json:"loss"` // mean over ranks and micro-steps
+	Loss       float64 `json:"loss"` // mean over ranks and micro-steps (with Batch.LossDenom, over every target of the step)
 	LR         float64 `json:"lr"`
 	LossScale  float64 `json:"loss_scale"`
 	GradNorm   float64 `json:"grad_norm"`
@@ -409,6 +409,7 @@ func (r *rank) run(onStep func(Record) error) ([]float32, error) {
 		first = int(eng.GlobalSteps())
 		tell(false, cfg.LoadDir, t0)
 	}
+	shares := false // the micro-losses are shares of the global batch's (LossDenom)
 	for s := first; s < cfg.Steps; s++ {
 		start := time.Now()
 		if overwrite {
@@ -439,6 +440,7 @@ func (r *rank) run(onStep func(Record) error) ([]float32, error) {
 				// over micro-steps and ranks: undo the engine's 1/GAS and
 				// its average over the ranks.
 				scale *= float32(gas * world)
+				shares = true
 			}
 			if err := m.Backward(scale); err != nil {
 				return nil, fmt.Errorf("step %d, micro-step %d: %w", s+1, micro, err)
@@ -461,7 +463,11 @@ func (r *rank) run(onStep func(Record) error) ([]float32, error) {
 		var cbErr error
 		if c.Rank() == 0 {
 			dt := time.Since(start).Seconds()
-			rec := Record{Step: ss.Step, Loss: st.loss(), LR: ss.LR, LossScale: ss.LossScale, GradNorm: ss.GradNorm,
+			loss := st.loss()
+			if shares {
+				loss *= float64(gas * world) // their sum: the mean over every target of the step, as HF's Trainer logs it
+			}
+			rec := Record{Step: ss.Step, Loss: loss, LR: ss.LR, LossScale: ss.LossScale, GradNorm: ss.GradNorm,
 				Skipped: ss.Skipped, StepTimeS: dt, TokensPerS: float64(B*T*gas*world) / dt}
 			rec.Peak, rec.PeakMax = st.peaks()
 			rec.Micro = st.micro()

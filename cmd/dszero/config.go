@@ -123,7 +123,13 @@ func runExplain(args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 	var layout *model.Layout
-	if *modelArg != "" {
+	if l, ok, err := llamaLayout(*modelArg); ok {
+		if err != nil {
+			fmt.Fprintf(stderr, "dszero config explain: %v\n", err)
+			return 2
+		}
+		layout = l
+	} else if *modelArg != "" {
 		mc, err := modelConfig(*modelArg)
 		if err == nil {
 			err = mc.WithDefaults().Validate()

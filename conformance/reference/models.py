@@ -10,7 +10,12 @@ description alone, as dszero does:
   tanh-GELU, causal softmax attention with head size 16 unless the entry says "heads",
   cross-entropy on fp32 logits; without lm_head the output reuses wte.weight);
 * fc1, fc2, ... (weight, bias): Linear layers with ReLU between them and a mean-squared
-  error on fp32 outputs.
+  error on fp32 outputs;
+* model.embed_tokens, model.layers.<i>.{self_attn, mlp, input_layernorm,
+  post_attention_layernorm}, model.norm[, lm_head] ("arch": "llama"): a LlamaForCausalLM /
+  Qwen2 / Qwen3 / Mistral of the entry's "llama_config" (a config.json), model/llama's own
+  plain-PyTorch twin of transformers (model/llama/testdata/reference/llama_ref.py), fp32 only,
+  cross-entropy on the shifted tokens as GPT's.
 
 These are, op for op, the harness's TinyGPT and TinyMLP (shared/reference/harness), so a
 shipped case regenerated here gives the same numbers. With float16 parameters (an "fp16"
@@ -186,6 +191,36 @@ class MLP(nn.Module):
         return F.mse_loss(h.float(), y.float())
 
 
+# ----------------------------------------------------------------------------- Llama family
+_LLAMA_REF = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "model", "llama", "testdata", "reference")
+
+
+def build_llama(config):
+    """model/llama's reference LlamaForCausalLM of a config.json dict, whose forward takes int64
+    tokens [B, T+1] as the GPT's and returns the mean cross-entropy of tokens[:, 1:]. The head is
+    called as a module (not F.linear on its weight), so ZeRO-3's hooks gather it."""
+    import sys
+    if _LLAMA_REF not in sys.path:
+        sys.path.insert(0, _LLAMA_REF)
+    import llama_ref
+
+    class LlamaCase(llama_ref.ForCausalLM):
+        def forward(self, tokens):
+            idx, targets = tokens[:, :-1], tokens[:, 1:]
+            B, T = idx.shape
+            position_ids = torch.arange(T)[None].expand(B, T)
+            h = self.model.embed_tokens(idx)
+            cos, sin = llama_ref.rotary(self.cfg, position_ids, h.dtype)
+            for layer in self.model.layers:
+                h = layer(h, cos, sin, position_ids)
+            h = self.model.norm(h)
+            if self.cfg.tie_word_embeddings:
+                raise SystemExit("llama: tied embeddings are not built here (ZeRO-3 would not gather the head)")
+            return llama_ref.loss(self.lm_head(h), targets)
+
+    return LlamaCase(llama_ref.Cfg(config))
+
+
 # ----------------------------------------------------------------------------- description
 _BLOCK = re.compile(r"^blocks\.(\d+)\.")
 _FC = re.compile(r"^fc(\d+)\.weight$")
@@ -199,6 +234,8 @@ def arch_of(desc):
         return "gpt"
     if names and re.match(r"^fc\d+\.(weight|bias)$", names[0]):
         return "mlp"
+    if "model.embed_tokens.weight" in names:
+        return "llama"
     raise SystemExit(f"models.json: unknown architecture (first parameter {names[:1]})")
 
 
@@ -221,6 +258,10 @@ def build_model(desc):
                 raise SystemExit(f"mlp: {key} {desc[key]!r} is not built here (only {want})")
         ws = [shape[f"fc{i}.weight"] for i in sorted(int(m.group(1)) for m in map(_FC.match, shape) if m)]
         model = MLP([ws[0][1]] + [w[0] for w in ws])
+    elif arch == "llama":
+        if desc.get("loss", "cross_entropy") != "cross_entropy":
+            raise SystemExit(f"llama: loss {desc['loss']!r} is not built here (only cross_entropy)")
+        model = build_llama(desc["llama_config"])
     else:
         raise SystemExit(f"architecture {arch!r} is not built here")
     got = [(n, list(p.shape)) for n, p in model.named_parameters()]
@@ -249,7 +290,7 @@ class Data:
     def __init__(self, path, arch):
         t, _ = load_safetensors(path)
         self.arch = arch
-        if arch == "gpt":
+        if arch in ("gpt", "llama"):
             tok = t["tokens"]
             self.tensors = [tok.reshape(-1, tok.shape[-1])]
         else:
@@ -262,4 +303,4 @@ class Data:
         if first + B <= self.n:                     # the common case: a plain slice (no copy)
             idx = slice(first, first + B)
         parts = [t[idx] for t in self.tensors]
-        return parts[0] if self.arch == "gpt" else tuple(parts)
+        return parts[0] if self.arch in ("gpt", "llama") else tuple(parts)
