@@ -55,11 +55,7 @@ func (a *arch) noiseDriven(init []float32, B, gas, world int) ([]bool, error) {
 	if err != nil {
 		return nil, err
 	}
-	var mb model.Builder = a.gpt
-	if a.name == "mlp" {
-		mb = a.mlp
-	}
-	m, err := mb.Build(model.BuildOptions{Gemm: gemm, Acct: mem.NewAccountant(0), Hooks: noHooks{}, Workers: 1})
+	m, err := a.builder().Build(model.BuildOptions{Gemm: gemm, Acct: mem.NewAccountant(0), Hooks: noHooks{}, Workers: 1})
 	if err != nil {
 		return nil, err
 	}
