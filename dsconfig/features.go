@@ -6,28 +6,7 @@ import "github.com/dszero/dszero/dsconfig/lenient"
 // validated as DeepSpeed validates them, and reported as unsupported when
 // they are turned on.
 func (c *compiler) readFeatureBlocks(top *block) {
-	// comms_logger: a pydantic block, parsed only when present.
-	if cl := top.get("comms_logger").Object(pydanticBlock); cl.present() {
-		c.plan.CommsLogger = cl.get("enabled").Bool(false)
-		cl.get("prof_all").Bool(true)
-		cl.get("prof_ops").Raw()
-		cl.get("verbose").Bool(false)
-		cl.get("debug").Bool(false)
-		cl.finish()
-	}
-	fp := top.get("flops_profiler").Object(scalarBlock)
-	c.plan.FlopsProfiler = fp.get("enabled").Bool(false)
-	fp.get("recompute_fwd_factor").Float(0)
-	fp.get("profile_step").Int(1, -1<<62)
-	fp.get("module_depth").Int(-1, -1<<62)
-	fp.get("top_modules").Int(1, -1<<62)
-	fp.get("detailed").Bool(true)
-	fp.get("output_file").Raw()
-	fp.finish()
-	if c.plan.FlopsProfiler {
-		c.plan.WallClockBreakdown = true // DeepSpeed: the profiler forces wall_clock_breakdown
-		c.s.unsupportedf(c.at("flops_profiler.enabled"), "flops_profiler.enabled", "set it to false", "the FLOPS profiler is not supported by dszero")
-	}
+	c.readKnobs(top)
 
 	cp := top.get("compile").Object(pydanticBlock)
 	if cp.present() {
@@ -69,13 +48,17 @@ func (c *compiler) readFeatureBlocks(top *block) {
 
 	c.readElasticity(top)
 
+	// DeepSpeed reads the autotuning block only under `deepspeed
+	// --autotuning`; a training run ignores it.
+	if at := c.at("autotuning"); at != nil && enabledIn(at) {
+		top.markUsed("autotuning")
+		c.s.warnf(at, "autotuning", "remove the block (dszero does not tune in a training run)",
+			"ignored: DeepSpeed's autotuner runs only under `deepspeed --autotuning`, and a training run ignores the block")
+	}
+
 	// Blocks DeepSpeed parses for features outside ZeRO training. dszero
 	// keeps them as written and says so when they are switched on.
 	for _, fb := range []struct{ key, name string }{
-		{"autotuning", "the autotuner"},
-		{"progressive_layer_drop", "progressive layer drop"},
-		{"curriculum_learning", "curriculum learning"},
-		{"data_efficiency", "data efficiency (curriculum / random-LTD)"},
 		{"compression_training", "compression training"},
 		{"sparse_attention", "sparse attention"},
 		{"quantize_training", "quantization-aware training (MoQ)"},
