@@ -78,6 +78,10 @@ func (j *trainJob) train() (trainResult, error) {
 	if res.saveModel == "" && f.saveDir != "" && (j.fp.StateDict == fsdpconfig.FullStateDict || plan.Zero.Stage == 3 && plan.Zero.Gather16BitWeightsOnModelSave) {
 		res.saveModel = filepath.Join(f.saveDir, "consolidated")
 	}
+	mon, err := j.openMonitors() // monitors.go
+	if err != nil {
+		return res, err
+	}
 	start := time.Now()
 	final, err := train.Run(train.Config{Plan: plan, Model: j.mcfg, InitRange: initRange, Seed: f.seed, ReturnParams: res.saveModel != "", Batches: train.Tokens(j.loader, j.T), SeqLen: j.T, Steps: n, Devices: j.devs, Comm: j.l.comm(),
 		Checkpoint: f.gradCkpt || plan.ActivationCheckpointing.Present || j.fp.ActivationCkpt, CPUCheckpoint: plan.ActivationCheckpointing.CPUCheckpointing,
@@ -97,7 +101,7 @@ func (j *trainJob) train() (trainResult, error) {
 			}
 			fmt.Fprintf(stdout, "saved %s (%s, %.2f s)\n", ev.Path(), mem.FormatBytes(dirSize(ev.Path())), ev.Elapsed.Seconds())
 		},
-		Warn: func(msg string) { fmt.Fprintf(j.stderr, "dszero train: warning: %s\n", msg) }},
+		Warn: func(msg string) { fmt.Fprintf(j.stderr, "dszero train: warning: %s\n", msg) }, Stdout: stdout},
 		func(r train.Record) error {
 			if res.ran == 0 {
 				res.first = r
@@ -106,6 +110,9 @@ func (j *trainJob) train() (trainResult, error) {
 			res.ran++
 			if bar != nil {
 				bar.Add(1)
+			}
+			if err := mon.write(r); err != nil {
+				return err
 			}
 			if logw != nil {
 				if err := logw.Encode(r); err != nil {
