@@ -56,9 +56,15 @@ func (c *compiler) crossChecks() {
 			"zero_hpz_partition_size only applies to ZeRO stage 3; ignored at stage %d", z.Stage)
 	}
 	if hasOpt && p.Mode == HFMode && c.at("optimizer") == nil && z.Stage > 0 && z.OffloadOptimizer.Device != OffloadNone && p.ZeroForceDSCPUOptimizer {
-		c.s.errorf(c.at("zero_optimization.offload_optimizer"), "optimizer",
-			`add an "optimizer" block (DeepSpeed then builds DeepSpeedCPUAdam), or set "zero_force_ds_cpu_optimizer": false`,
-			"ZeRO-Offload with the Trainer's own torch AdamW: DeepSpeed refuses a client optimizer with offload (ZeRORuntimeException)")
+		// DeepSpeed refuses a client torch optimizer with ZeRO-Offload
+		// (ZeRORuntimeException), so Accelerate, which the Trainer
+		// prepares through, swaps the Trainer's AdamW for
+		// DeepSpeedCPUAdam(param_groups, lr, weight_decay): its step reads
+		// betas and eps from the AdamW's groups, so the update is the same
+		// AdamW.
+		p.Optimizer.Impl, p.Optimizer.TorchAdam = "DeepSpeedCPUAdam", false
+		c.s.infof(c.at("zero_optimization.offload_optimizer"), "optimizer",
+			"ZeRO-Offload with the Trainer's own AdamW: Accelerate hands DeepSpeed a DeepSpeedCPUAdam over the AdamW's parameter groups (same lr, betas, eps, weight decay), as DeepSpeed requires")
 	}
 }
 
@@ -68,9 +74,6 @@ func (c *compiler) crossChecks() {
 func (c *compiler) noOptimizerFix() string {
 	p := &c.plan
 	fix := `add an "optimizer" block (e.g. {"type": "AdamW", "params": {"lr": 1e-4}})`
-	if p.Zero.OffloadOptimizer.Device != OffloadNone && p.Zero.OffloadOptimizer.Device != "" {
-		return fix + " (HF's Trainer would fail here too: its torch AdamW with offload_optimizer raises ZeRORuntimeException)"
-	}
 	flags := "--learning_rate 5e-5"
 	if b := p.Batch; b.TrainMicroBatchSizePerGPU > 0 {
 		flags += fmt.Sprintf(" --per_device_train_batch_size %d --gradient_accumulation_steps %d", b.TrainMicroBatchSizePerGPU, b.GradientAccumulationSteps)

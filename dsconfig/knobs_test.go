@@ -99,6 +99,9 @@ func TestKnobsRefused(t *testing.T) {
 		{"random-LTD", `"data_efficiency": {"enabled": true, "data_routing": {"enabled": true, "random_ltd": {"enabled": true}}}`,
 			wantDiag{Unsupported, "data_efficiency.data_routing.random_ltd", []string{"RandomLayerTokenDrop"}}},
 		{"autotuning is ignored with a warning", `"autotuning": {"enabled": true}`, wantDiag{Warning, "autotuning", []string{"ignored"}}},
+		{"deepcompile runs without the compiler", `"compile": {"deepcompile": true}`, wantDiag{Warning, "compile.deepcompile", []string{"same ZeRO schedule"}}},
+		{"zenflow says why", `"zero_optimization": {"stage": 2, "offload_optimizer": {"device": "cpu"}, "zenflow": {"topk_ratio": 0.05}}`,
+			wantDiag{Unsupported, "zero_optimization.zenflow", []string{"update_interval", "numerics"}}},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
