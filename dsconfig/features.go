@@ -53,7 +53,7 @@ func (c *compiler) readFeatureBlocks(top *block) {
 	// --autotuning`; a training run ignores it.
 	if at := c.at("autotuning"); at != nil && enabledIn(at) {
 		top.markUsed("autotuning")
-		c.s.warnf(at, "autotuning", "remove the block (dszero does not tune in a training run)",
+		c.s.warnf(at, "autotuning", "run `dszero autotune --deepspeed FILE` to tune, or remove the block",
 			"ignored: DeepSpeed's autotuner runs only under `deepspeed --autotuning`, and a training run ignores the block")
 	}
 
