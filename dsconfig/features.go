@@ -59,18 +59,21 @@ func (c *compiler) readFeatureBlocks(top *block) {
 
 	// Blocks DeepSpeed parses for features outside ZeRO training. dszero
 	// keeps them as written and says so when they are switched on.
-	for _, fb := range []struct{ key, name string }{
-		{"compression_training", "compression training"},
-		{"sparse_attention", "sparse attention"},
-		{"quantize_training", "quantization-aware training (MoQ)"},
-		{"eigenvalue", "eigenvalue computation"},
-		{"pipeline", "pipeline parallelism"},
-		{"nebula", "Nebula checkpointing"},
-		{"datastates", "DataStates checkpointing"},
-		{"weight_quantization", "weight quantization"},
-		{"expert_parallel", "expert parallelism (MoE)"},
-		{"torch_autocast", ""},
-		{"amp", ""},
+	for _, fb := range []struct{ key, name, why string }{
+		{"compression_training", "compression training", ""},
+		{"sparse_attention", "sparse attention",
+			": it replaces the model's attention with DeepSpeed's SparseSelfAttention modules and their block-sparse Triton kernels, and dszero's models compute dense attention"},
+		{"quantize_training", "quantization-aware training (MoQ)",
+			": MoQ quantizes the weights to ever fewer bits on a schedule during training with DeepSpeed's quantizer kernels, and dszero trains in fp32, bf16 or fp16 only"},
+		{"eigenvalue", "eigenvalue computation",
+			": it estimates each layer's top Hessian eigenvalue by power iteration through a second (double) backward, and dszero's models have first-order backward passes only"},
+		{"pipeline", "pipeline parallelism", ""},
+		{"nebula", "Nebula checkpointing", ""},
+		{"datastates", "DataStates checkpointing", ""},
+		{"weight_quantization", "weight quantization", ""},
+		{"expert_parallel", "expert parallelism (MoE)", ""},
+		{"torch_autocast", "", ""},
+		{"amp", "", ""},
 	} {
 		f := top.get(fb.key)
 		raw := f.Raw()
@@ -78,10 +81,10 @@ func (c *compiler) readFeatureBlocks(top *block) {
 			continue
 		}
 		if on := enabledIn(f.v); on {
-			c.s.unsupportedf(f.v, fb.key, "remove the block or set enabled to false", "%s is not supported by dszero", fb.name)
+			c.s.unsupportedf(f.v, fb.key, "remove the block or set enabled to false", "%s is not supported by dszero%s", fb.name, fb.why)
 		} else if fb.key == "sparse_attention" || fb.key == "weight_quantization" {
 			// These have no enabled switch: their presence turns them on.
-			c.s.unsupportedf(f.v, fb.key, "remove the block", "%s is not supported by dszero", fb.name)
+			c.s.unsupportedf(f.v, fb.key, "remove the block", "%s is not supported by dszero%s", fb.name, fb.why)
 		}
 	}
 }

@@ -239,7 +239,7 @@ func (c *compiler) readAIO(top *block) {
 			"thread_count was renamed intra_op_parallelism in DeepSpeed 0.16.5; DeepSpeed 0.19.5 ignores it, so %d worker(s) are used", a.IntraOpParallelism)
 	}
 	if a.UseGDS {
-		c.s.unsupportedf(c.at("aio.use_gds"), "aio.use_gds", "set it to false", "GPUDirect Storage is not supported by dszero (DeepSpeed requires a CUDA accelerator for it)")
+		c.s.unsupportedf(c.at("aio.use_gds"), "aio.use_gds", "set it to false", "GPUDirect Storage is not supported by dszero: it reads NVMe straight into GPU memory through cuFile (DeepSpeed requires a CUDA accelerator for it), and dszero's NVMe offload goes through host memory")
 	}
 	b.finish()
 }
