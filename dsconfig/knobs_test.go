@@ -3,6 +3,7 @@ package dsconfig
 import (
 	"encoding/json"
 	"fmt"
+	"math"
 	"os"
 	"testing"
 
@@ -192,5 +193,63 @@ func TestPLDThetaMatchesDeepSpeed(t *testing.T) {
 		if p.ThetaFor(0) != 1 {
 			t.Errorf("%s: the first step sees theta %g, DeepSpeed's initial 1.0", name, p.ThetaFor(0))
 		}
+	}
+}
+
+// engineTrace is testdata/curriculum/engine.json: what DeepSpeed
+// v0.14.5's engine passed to the model's forward, forward by forward
+// (gen_engine.py).
+type engineTrace struct {
+	DeepSpeed string `json:"deepspeed"`
+	Runs      map[string]struct {
+		DSConfig json.RawMessage `json:"ds_config"`
+		Steps    int             `json:"steps"`
+		Forwards []struct {
+			PLDTheta       *float64 `json:"pld_theta"`
+			CurriculumSeqL *int64   `json:"curriculum_seqlen"`
+		} `json:"forwards"`
+	} `json:"runs"`
+}
+
+// TestKnobsFollowDeepSpeedsEngine: compiled from the same ds_config, the
+// plan's theta and sequence length for each forward (micro-step m of
+// optimizer step m/GAS) are what DeepSpeed's engine handed its model.
+func TestKnobsFollowDeepSpeedsEngine(t *testing.T) {
+	data, err := os.ReadFile("testdata/curriculum/engine.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var tr engineTrace
+	if err := json.Unmarshal(data, &tr); err != nil {
+		t.Fatal(err)
+	}
+	if len(tr.Runs) != 3 {
+		t.Fatalf("%d runs", len(tr.Runs))
+	}
+	for name, run := range tr.Runs {
+		t.Run(name, func(t *testing.T) {
+			p, diags := Compile(name, run.DSConfig, Options{WorldSize: 1})
+			if diags.HasErrors() || len(p.Unsupported()) > 0 {
+				t.Fatalf("diagnostics:\n%s", diagText(diags))
+			}
+			gas := int(p.Batch.GradientAccumulationSteps)
+			if len(run.Forwards) != run.Steps*gas {
+				t.Fatalf("%d forwards for %d steps of %d", len(run.Forwards), run.Steps, gas)
+			}
+			cur := p.Curriculum.MinDifficulty
+			for i, f := range run.Forwards {
+				finished := int64(i / gas)
+				if f.PLDTheta != nil {
+					if got := p.ProgressiveLayerDrop.ThetaFor(finished); math.Abs(got-*f.PLDTheta) > 1e-15 {
+						t.Errorf("forward %d: theta %v, DeepSpeed %v", i, got, *f.PLDTheta)
+					}
+				}
+				if f.CurriculumSeqL != nil {
+					if cur = p.Curriculum.SeqLen(cur, finished); cur != *f.CurriculumSeqL {
+						t.Errorf("forward %d: seqlen %d, DeepSpeed %d", i, cur, *f.CurriculumSeqL)
+					}
+				}
+			}
+		})
 	}
 }

@@ -2,8 +2,10 @@ package train
 
 import (
 	"bytes"
+	"encoding/json"
 	"fmt"
 	"math"
+	"os"
 	"regexp"
 	"strings"
 	"sync"
@@ -211,5 +213,59 @@ func TestFlopsProfilerAndCommsLogger(t *testing.T) {
 	}
 	if i, j := strings.Index(s, "Profile Summary at step 2"), strings.Index(s, "Comm. Op"); j < i {
 		t.Errorf("the comms summary comes before the last profile")
+	}
+}
+
+// TestKnobsMatchDeepSpeedsEngine trains with the ds_configs of
+// dsconfig/testdata/curriculum/engine.json — what DeepSpeed v0.14.5's
+// engine handed its model's forward, forward by forward — and checks
+// that the loop's forwards got the same: the curriculum's sequence length,
+// and PLD's theta (read back from block 0's branch scale 1/(1 − (1−θ)/L)).
+func TestKnobsMatchDeepSpeedsEngine(t *testing.T) {
+	raw, err := os.ReadFile("../dsconfig/testdata/curriculum/engine.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var tr struct {
+		Runs map[string]struct {
+			DSConfig map[string]any `json:"ds_config"`
+			Steps    int            `json:"steps"`
+			Forwards []struct {
+				PLDTheta       *float64 `json:"pld_theta"`
+				CurriculumSeqL *int     `json:"curriculum_seqlen"`
+			} `json:"forwards"`
+		} `json:"runs"`
+	}
+	if err := json.Unmarshal(raw, &tr); err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"pld", "curriculum_linear", "curriculum_discrete"} {
+		run := tr.Runs[name]
+		t.Run(name, func(t *testing.T) {
+			var extra []string
+			for k, v := range run.DSConfig {
+				if k == "progressive_layer_drop" || k == "curriculum_learning" {
+					b, _ := json.Marshal(v)
+					extra = append(extra, fmt.Sprintf("%q: %s", k, b))
+				}
+			}
+			gas := int(run.DSConfig["gradient_accumulation_steps"].(float64))
+			rec, _ := knobRun(t, strings.Join(extra, ", "), 1, gas, run.Steps, nil)
+			if len(run.Forwards) != len(rec.seq[0]) {
+				t.Fatalf("%d forwards, DeepSpeed %d", len(rec.seq[0]), len(run.Forwards))
+			}
+			for i, f := range run.Forwards {
+				if f.CurriculumSeqL != nil && rec.seq[0][i] != min(*f.CurriculumSeqL, 16) {
+					t.Errorf("forward %d: %d tokens, DeepSpeed's curriculum_seqlen %d", i, rec.seq[0][i], *f.CurriculumSeqL)
+				}
+				if f.PLDTheta != nil {
+					L := float64(len(rec.scale[0][i]))
+					theta := 1 - L*(1-1/float64(rec.scale[0][i][0]))
+					if math.Abs(theta-*f.PLDTheta) > 1e-6 {
+						t.Errorf("forward %d: theta %v, DeepSpeed's pld_theta %v", i, theta, *f.PLDTheta)
+					}
+				}
+			}
+		})
 	}
 }
