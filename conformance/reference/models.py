@@ -154,8 +154,12 @@ class GPT(nn.Module):
         if not tied:
             self.lm_head = Linear(d, vocab, bias=False)
 
-    def forward(self, tokens):
+    def forward(self, tokens, curriculum_seqlen=None):
         idx, targets = tokens[:, :-1], tokens[:, 1:]
+        if curriculum_seqlen is not None:
+            # DeepSpeed's legacy seqlen curriculum: the engine passes the length, and the model keeps the
+            # first curriculum_seqlen positions of inputs and labels (as Megatron-DeepSpeed's GPT does)
+            idx, targets = idx[:, :curriculum_seqlen], targets[:, :curriculum_seqlen]
         pos = torch.arange(idx.shape[1], device=idx.device)
         x = _op(lambda a, b: a + b[None], self.wte(idx), self.wpe(pos))
         for blk in self.blocks:
