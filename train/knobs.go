@@ -46,7 +46,10 @@ type knobs struct {
 
 	// progressive layer drop
 	dropper     layerDropper
+	pcg         *rand.PCG // reseeded for each forward from (seed, step, micro-step)
 	rng         *rand.Rand
+	drawStep    int64 // the step and micro-step of the next draw
+	drawMicro   int
 	keep        []bool
 	scale       []float32
 	lastDropped int // blocks skipped in the last forward (for tests)
@@ -72,8 +75,14 @@ func newKnobs(cfg *Config, rank int) (*knobs, error) {
 	}
 	if p.ProgressiveLayerDrop.Enabled {
 		// DeepSpeed's example models draw with numpy's global generator,
-		// seeded alike on every rank by the training script; so do these.
-		k.rng = rand.New(rand.NewPCG(cfg.Seed, 0x706c64))
+		// seeded alike on every rank by the training script, so every
+		// rank drops the same blocks; so do these. Each forward's draws
+		// depend on the seed, the step and the micro-step only, so a run
+		// resumed from a checkpoint drops what the uninterrupted run
+		// drops (numpy's state is not in DeepSpeed's checkpoints).
+		k.pcg = rand.NewPCG(0, 0)
+		k.rng = rand.New(k.pcg)
+		k.drawStep = -1
 	}
 	if fp := p.FlopsProfiler; fp.Enabled && rank == 0 {
 		counter, ok := cfg.Model.(model.FlopCounter)
@@ -153,6 +162,11 @@ func (k *knobs) beforeForward(finished int64, b *model.Batch) (model.Batch, erro
 		}
 	}
 	if k.dropper != nil {
+		if finished != k.drawStep {
+			k.drawStep, k.drawMicro = finished, 0
+		}
+		k.pcg.Seed(k.cfg.Seed, 0x706c64<<40|uint64(finished)<<16|uint64(k.drawMicro))
+		k.drawMicro++
 		k.drawLayers(p.ProgressiveLayerDrop.ThetaFor(finished))
 		if err := k.dropper.SetLayerDrop(k.keep, k.scale); err != nil {
 			return run, err

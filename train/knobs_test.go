@@ -269,3 +269,49 @@ func TestKnobsMatchDeepSpeedsEngine(t *testing.T) {
 		})
 	}
 }
+
+// TestLayerDropDrawsResume: a forward's layer draws depend on the seed,
+// the step and the micro-step only, so a run that starts at step 3 (a
+// resumed one) draws what a run from step 0 draws there.
+func TestLayerDropDrawsResume(t *testing.T) {
+	mc, _ := gpt.Preset("tiny")
+	plan, err := dsconfig.Load(`{"train_micro_batch_size_per_gpu": 1, "gradient_accumulation_steps": 2, "optimizer": {"type": "AdamW"},
+		"progressive_layer_drop": {"enabled": true, "theta": 0.1, "gamma": 1}}`, dsconfig.Options{WorldSize: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := &Config{Plan: plan, Model: mc, Seed: 9}
+	draws := func(from int64) map[[2]int64][]bool {
+		k, err := newKnobs(cfg, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		k.keep, k.scale = make([]bool, 12), make([]float32, 12)
+		k.dropper = nopDropper{}
+		out := map[[2]int64][]bool{}
+		b := model.Batch{B: 1, Tokens: make([]int32, 4)}
+		for s := from; s < 6; s++ {
+			for m := int64(0); m < 2; m++ {
+				if _, err := k.beforeForward(s, &b); err != nil {
+					t.Fatal(err)
+				}
+				out[[2]int64{s, m}] = append([]bool(nil), k.keep...)
+			}
+		}
+		return out
+	}
+	full, resumed := draws(0), draws(3)
+	for key, keep := range resumed {
+		if d := cmp.Diff(full[key], keep); d != "" {
+			t.Errorf("step %d micro %d: resumed draws differ:\n%s", key[0], key[1], d)
+		}
+	}
+	if cmp.Equal(full[[2]int64{4, 0}], full[[2]int64{4, 1}]) && cmp.Equal(full[[2]int64{4, 0}], full[[2]int64{5, 0}]) {
+		t.Errorf("the micro-steps and steps draw alike: %v", full)
+	}
+}
+
+type nopDropper struct{}
+
+func (nopDropper) DropLayers() int                      { return 12 }
+func (nopDropper) SetLayerDrop([]bool, []float32) error { return nil }
