@@ -82,12 +82,19 @@ func (m *Model) blockForwardPLD(l int, x []float32, ba *blockActs, out []float32
 }
 
 // blockBackwardPLD is blockBackward under the layer-drop decision: a
-// skipped block passes dres through; a scaled one hands each branch
+// skipped block passes dres through (and adds no gradient, or writes
+// zeros after OverwriteGrads); a scaled one hands each branch
 // s·d(its output). a.dln holds the scaled gradient, free at both points.
 func (m *Model) blockBackwardPLD(l int, x []float32, ba *blockActs, dres []float32) {
 	skip, s := m.dropped(l)
 	switch {
 	case skip:
+		// PyTorch leaves a skipped block's .grad None after zero_grad
+		// (set_to_none) and ZeRO reduces it as zeros: overwrite the
+		// previous step's gradient with them.
+		if m.sink.Overwriting() {
+			clear(m.layout.UnitView(m.grads, 1+l))
+		}
 		return
 	case s == 1:
 		m.blockBackward(l, x, ba, dres)

@@ -144,3 +144,37 @@ func TestSetLayerDropChecksLengths(t *testing.T) {
 		t.Errorf("SetLayerDrop with 1 of 2 blocks: %v", err)
 	}
 }
+
+// TestLayerDropSkipAfterOverwriteGrads: after OverwriteGrads (zero_grad
+// with set_to_none) a skipped block's gradient is zero, not the previous
+// step's, as ZeRO reduces a .grad left None.
+func TestLayerDropSkipAfterOverwriteGrads(t *testing.T) {
+	cfg := Config{Vocab: 29, Context: 12, Dim: 24, Heads: 3, Layers: 2, MLP: 40}.WithDefaults()
+	m, _ := newTestModel(t, cfg, Options{}, perturbedInit(cfg, 3))
+	rng := rand.New(rand.NewPCG(5, 6))
+	tokens, targets := randomTokens(rng, 2*8, cfg.Vocab), randomTokens(rng, 2*8, cfg.Vocab)
+	for i := range m.Grads() {
+		m.Grads()[i] = 7 // last step's gradient
+	}
+	m.OverwriteGrads()
+	if err := m.SetLayerDrop([]bool{true, false}, []float32{1, 1}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m.Forward(model.Batch{B: 2, Tokens: tokens, Targets: targets}); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Backward(1); err != nil {
+		t.Fatal(err)
+	}
+	for i, sp := range m.Layout().Specs {
+		g := m.Layout().View(m.Grads(), i)
+		switch {
+		case strings.HasPrefix(sp.Name, "blocks.1."):
+			if d := cmp.Diff(make([]float32, len(g)), g); d != "" {
+				t.Errorf("%s: the skipped block keeps a stale gradient", sp.Name)
+			}
+		case g[0] == 7:
+			t.Errorf("%s: not overwritten", sp.Name)
+		}
+	}
+}
