@@ -68,6 +68,7 @@ type mlpRun struct {
 	saveAt             []int
 	swap               nvme.FS
 	before, beforeSave func(step int)
+	format             string // "sharded", "full": save and load Accelerate's SHARDED_ or FULL_STATE_DICT
 }
 
 func (mr mlpRun) run(plan dsconfig.Plan, d ztest.MLPData) (result, error) {
@@ -94,7 +95,14 @@ func (mr mlpRun) run(plan dsconfig.Plan, d ztest.MLPData) (result, error) {
 		defer eng.Close()
 		co := checkpoint.Options{Layout: &d.Layout, Comm: c}
 		if mr.load {
-			if err := checkpoint.Load(mr.dir, "", eng, co); err != nil {
+			load := func() error { return checkpoint.Load(mr.dir, "", eng, co) }
+			switch mr.format {
+			case "sharded":
+				load = func() error { return checkpoint.LoadSharded(mr.dir, eng, co) }
+			case "full":
+				load = func() error { return checkpoint.LoadFull(mr.dir, eng, co) }
+			}
+			if err := load(); err != nil {
 				return err
 			}
 			if eng.GlobalSteps() != int64(from) {
@@ -147,7 +155,14 @@ func (mr mlpRun) run(plan dsconfig.Plan, d ztest.MLPData) (result, error) {
 						return err
 					}
 				}
-				if err := checkpoint.Save(mr.dir, "", eng, co); err != nil {
+				save := func() error { return checkpoint.Save(mr.dir, "", eng, co) }
+				switch mr.format {
+				case "sharded":
+					save = func() error { return checkpoint.SaveSharded(mr.dir, eng, co) }
+				case "full":
+					save = func() error { return checkpoint.SaveFull(mr.dir, eng, co) }
+				}
+				if err := save(); err != nil {
 					return fmt.Errorf("saving after step %d: %w", s+1, err)
 				}
 			}

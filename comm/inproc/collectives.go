@@ -42,8 +42,8 @@ func chunk(n, size, r int) (lo, hi int) { return n * r / size, n * (r + 1) / siz
 // each rank touches only memory no other rank touches:
 //
 //   - all_reduce: rank r reduces elements chunk(r) of every rank's buffer,
-//     in rank order, and writes the result into chunk(r) of every rank's
-//     buffer. Each rank reads and writes the buffer's size once — the
+//     in gloo's ring order (comm.ReduceRing), and writes the result into
+//     chunk(r) of every rank's buffer. Each rank reads and writes the buffer's size once — the
 //     traffic of one memcpy — and the ranks work in parallel.
 //   - reduce_scatter: rank r reduces chunk r of every rank's in into its
 //     out (which may be its own chunk r of in).
@@ -62,7 +62,7 @@ func (c *rankComm) move(rd *round, x *call) {
 		for k, o := range rd.calls {
 			bufs[k] = o.Out.Slice(lo, hi)
 		}
-		comm.Reduce(bufs, bufs, x.Op)
+		comm.ReduceRing(bufs, bufs, x.Op, lo, x.Out.Len())
 	case comm.KindReduceScatter:
 		m := x.Out.Len()
 		for k, o := range rd.calls {

@@ -74,8 +74,9 @@ func (c *communicator) slot(k int) int {
 //
 //  1. MPI_Alltoallv: rank r receives chunk r of every other rank's segment
 //     (its own chunk stays in place);
-//  2. comm.Reduce: rank r reduces chunk r in rank order 0, 1, …, n−1 into
-//     its own segment — the arithmetic of every backend, bit for bit;
+//  2. comm.ReduceRing: rank r reduces chunk r into its own segment in
+//     gloo's ring order, by each element's place in the whole buffer — the
+//     arithmetic of the in-process backend, bit for bit;
 //  3. MPI_Allgatherv in place (MPI_Allgather when the chunks are equal):
 //     every rank receives every reduced chunk.
 //
@@ -118,7 +119,7 @@ func (c *communicator) allReduce(buf comm.Buffer, op comm.Op) error {
 				srcs[k] = recv.Slice(c.slot(k)*m, (c.slot(k)+1)*m)
 			}
 		}
-		comm.Reduce([]comm.Buffer{own}, srcs, op)
+		comm.ReduceRing([]comm.Buffer{own}, srcs, op, lo+mlo, buf.Len())
 		clear(srcs)
 		if c.gone() {
 			return errGone
