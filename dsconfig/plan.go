@@ -35,8 +35,10 @@ type Plan struct {
 	Checkpoint              Checkpoint
 	DataTypes               DataTypes
 	Monitors                Monitors
-	FlopsProfiler           bool
-	CommsLogger             bool
+	FlopsProfiler           FlopsProfiler
+	CommsLogger             CommsLogger
+	ProgressiveLayerDrop    ProgressiveLayerDrop
+	Curriculum              Curriculum
 	DataloaderDropLast      bool
 
 	settings []Setting
@@ -313,7 +315,8 @@ type Monitors struct {
 	TensorBoardDir string
 	CSV            bool
 	CSVDir         string
+	CSVJobName     string
 	WandB          bool
 	Comet          bool
-	JobName        string
+	JobName        string // tensorboard.job_name
 }

@@ -414,9 +414,17 @@ func TestHFModeCreatesTrainerAdamW(t *testing.T) {
 	if p.Optimizer.Impl != "torch.optim.AdamW" || p.Optimizer.LR != 5e-5 || !p.ZeroAllowUntestedOptimizer {
 		t.Errorf("%+v", p.Optimizer)
 	}
-	_, diags = compileString(t, `{"train_micro_batch_size_per_gpu": "auto", "zero_optimization": {"stage": 2, "offload_optimizer": {"device": "cpu"}}}`, Options{WorldSize: 2, HF: &hf})
-	if !hasDiag(diags, wantDiag{Error, "optimizer", []string{"ZeRORuntimeException"}}) {
-		t.Errorf("%s", diagText(diags))
+	// With optimizer offload, Accelerate swaps the Trainer's AdamW for
+	// DeepSpeedCPUAdam over its parameter groups (DeepSpeed would raise
+	// ZeRORuntimeException for the torch optimizer); zero_force_ds_cpu_optimizer
+	// false keeps the torch AdamW.
+	p, diags = compileString(t, `{"train_micro_batch_size_per_gpu": "auto", "zero_optimization": {"stage": 2, "offload_optimizer": {"device": "cpu"}}}`, Options{WorldSize: 2, HF: &hf})
+	if diags.HasErrors() || p.Optimizer.Impl != "DeepSpeedCPUAdam" || p.Optimizer.LR != 5e-5 || !p.Optimizer.AdamWMode {
+		t.Errorf("%+v\n%s", p.Optimizer, diagText(diags))
+	}
+	p, _ = compileString(t, `{"train_micro_batch_size_per_gpu": "auto", "zero_force_ds_cpu_optimizer": false, "zero_optimization": {"stage": 2, "offload_optimizer": {"device": "cpu"}}}`, Options{WorldSize: 2, HF: &hf})
+	if p.Optimizer.Impl != "torch.optim.AdamW" {
+		t.Errorf("zero_force_ds_cpu_optimizer false: %+v", p.Optimizer)
 	}
 }
 

@@ -24,6 +24,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"math"
 	"path/filepath"
 	"runtime"
@@ -165,6 +166,9 @@ type Config struct {
 	// each one saved, once every rank is done with it (with Comm, on rank
 	// 0 only).
 	OnCheckpoint func(CheckpointEvent)
+	// Stdout receives what DeepSpeed prints on rank 0 (the FLOPS profile,
+	// the comms summary); nil is os.Stdout.
+	Stdout io.Writer
 }
 
 // CheckpointEvent is a checkpoint loaded or saved: Dir/Tag, at global
@@ -338,6 +342,11 @@ func (r *rank) run(onStep func(Record) error) ([]float32, error) {
 	if cfg.Warn != nil && c.Rank() == 0 {
 		opts.Warn = cfg.Warn
 	}
+	kn, err := newKnobs(cfg, c.Rank()) // knobs.go
+	if err != nil {
+		return nil, err
+	}
+	opts.Comm = kn.engineComm(c)
 	switch {
 	case cfg.Init != nil:
 	case cfg.InitRange != nil:
@@ -364,6 +373,7 @@ func (r *rank) run(onStep func(Record) error) ([]float32, error) {
 	if cfg.Hooks != nil {
 		hooks = cfg.Hooks(c.Rank(), eng)
 	}
+	hooks = kn.hooks(hooks)
 	m, err := cfg.Model.Build(model.BuildOptions{Gemm: r.dev.Gemm, Acct: r.dev.Acct, Hooks: hooks, Checkpoint: cfg.Checkpoint,
 		CPUCheckpoint: cfg.CPUCheckpoint, Round: eng.Round(), Workers: cfg.Workers})
 	if err != nil {
@@ -371,6 +381,9 @@ func (r *rank) run(onStep func(Record) error) ([]float32, error) {
 	}
 	defer m.Close()
 	if err := m.Bind(eng.ModelBuffers()); err != nil {
+		return nil, err
+	}
+	if err := kn.attach(m); err != nil {
 		return nil, err
 	}
 	B, T := int(p.Batch.TrainMicroBatchSizePerGPU), cfg.SeqLen
@@ -421,9 +434,16 @@ func (r *rank) run(onStep func(Record) error) ([]float32, error) {
 			if err := cfg.Batches.Batch(s, micro, c.Rank(), &batch); err != nil {
 				return nil, fmt.Errorf("step %d, micro-step %d: reading the data: %w", s+1, micro, err)
 			}
+			run, err := kn.beforeForward(int64(s), &batch)
+			if err != nil {
+				return nil, fmt.Errorf("step %d, micro-step %d: %w", s+1, micro, err)
+			}
 			t0 := time.Now()
-			loss, err := m.Forward(batch)
+			loss, err := m.Forward(run)
 			t1 := time.Now()
+			if err == nil {
+				err = kn.afterForward()
+			}
 			bd.ForwardMS += ms(t1.Sub(t0))
 			if err != nil {
 				return nil, fmt.Errorf("step %d, micro-step %d: %w", s+1, micro, err)
@@ -446,6 +466,11 @@ func (r *rank) run(onStep func(Record) error) ([]float32, error) {
 				return nil, fmt.Errorf("step %d, micro-step %d: %w", s+1, micro, err)
 			}
 			bd.BackwardMS += ms(time.Since(t2))
+			if micro < gas-1 {
+				if err := kn.afterStep(int64(s), &bd, world); err != nil {
+					return nil, err
+				}
+			}
 		}
 		t3 := time.Now()
 		ss, err := eng.Step()
@@ -453,6 +478,9 @@ func (r *rank) run(onStep func(Record) error) ([]float32, error) {
 			return nil, err
 		}
 		bd.StepMS = ms(time.Since(t3))
+		if err := kn.afterStep(int64(s+1), &bd, world); err != nil {
+			return nil, err
+		}
 		if w, ok := eng.Strategy().(waiter); ok {
 			ws := w.TakeWaits()
 			bd.GatherWaitMS, bd.ReduceWaitMS, bd.Gathers, bd.Prefetched = ms(ws.Gather), ms(ws.Reduce), ws.Gathers, ws.Prefetched
@@ -514,6 +542,9 @@ func (r *rank) run(onStep func(Record) error) ([]float32, error) {
 		if verdict[0] == stop {
 			break
 		}
+	}
+	if err := kn.done(); err != nil {
+		return nil, err
 	}
 	if cfg.Done != nil {
 		if err := cfg.Done(c.Rank(), c, eng); err != nil {

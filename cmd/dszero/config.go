@@ -284,6 +284,7 @@ func explainText(w io.Writer, p dsconfig.Plan) {
 		fmt.Fprintf(w, "  scheduler %s\n", s.Type)
 	}
 	explainCheckpoints(w, p)
+	explainKnobs(w, p) // knobs_explain.go
 	fmt.Fprintf(w, "\nSettings not taken from DeepSpeed's defaults (value, source)\n")
 	settings := p.Settings()
 	sort.SliceStable(settings, func(i, j int) bool { return settings[i].Line < settings[j].Line })

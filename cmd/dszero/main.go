@@ -83,6 +83,11 @@ func commands() []command {
 				"dszero bench --model small --nproc 2 --offload none,cpu,nvme --device-memory 64MiB --plot /tmp/bench.png",
 				"dszero bench --deepspeed examples/ds_config_zero2.json --stages 2,3 --json -",
 			}},
+		{name: "autotune", run: runAutotune, // autotune.go
+			synopsis: "dszero autotune --deepspeed ds_config.json [--model PRESET|DIR] [--nproc N] [--seq T] [--device-memory X]",
+			summary: "DeepSpeed's autotuner: short real trials of the config's ZeRO stages and micro-batch sizes (its\n" +
+				"autotuning block), autotuning_results/ with each trial's metrics, the table, and ds_config_optimal.json",
+			examples: []string{"dszero autotune --deepspeed examples/ds_config_autotune.json --model tiny --nproc 2 --seq 16"}},
 		{name: "export", run: runExport,
 			synopsis: "dszero export CKPT_DIR OUT_DIR [--tag TAG] [--dtype fp32|bf16|fp16] [--model PRESET|DIR] [--format hf|safetensors]",
 			summary: "the consolidated weights of a checkpoint (dszero's or DeepSpeed's, any stage and world size) as\n" +

@@ -78,6 +78,10 @@ func (j *trainJob) train() (trainResult, error) {
 	if res.saveModel == "" && f.saveDir != "" && (j.fp.StateDict == fsdpconfig.FullStateDict || plan.Zero.Stage == 3 && plan.Zero.Gather16BitWeightsOnModelSave) {
 		res.saveModel = filepath.Join(f.saveDir, "consolidated")
 	}
+	mon, err := j.openMonitors() // monitors.go
+	if err != nil {
+		return res, err
+	}
 	var layout *trainerLayout
 	if f.trainer.outputDir != "" {
 		var err error
@@ -104,7 +108,7 @@ func (j *trainJob) train() (trainResult, error) {
 			}
 			fmt.Fprintf(stdout, "saved %s (%s, %.2f s)\n", ev.Path(), mem.FormatBytes(dirSize(ev.Path())), ev.Elapsed.Seconds())
 		},
-		Warn: func(msg string) { fmt.Fprintf(j.stderr, "dszero train: warning: %s\n", msg) }},
+		Warn: func(msg string) { fmt.Fprintf(j.stderr, "dszero train: warning: %s\n", msg) }, Stdout: stdout},
 		func(r train.Record) error {
 			if layout != nil {
 				layout.log(r)
@@ -116,6 +120,9 @@ func (j *trainJob) train() (trainResult, error) {
 			res.ran++
 			if bar != nil {
 				bar.Add(1)
+			}
+			if err := mon.write(r); err != nil {
+				return err
 			}
 			if logw != nil {
 				if err := logw.Encode(r); err != nil {

@@ -71,6 +71,7 @@ func (j *trainJob) compilePlan() error {
 	} else {
 		var err error
 		var note string
+		f.hf.fillHiddenSize(f.modelArg) // hfmodel.go
 		if j.plan, diags, note, err = compileDSConfig(f.cfgPath, j.nproc, f.hf); err != nil {
 			return err
 		}

@@ -87,6 +87,7 @@ type Model struct {
 	sink model.GradSink
 
 	state passState
+	drop  layerDrop // progressive layer drop (pld.go)
 	jobs  jobs
 }
 
@@ -278,7 +279,7 @@ func (m *Model) Forward(b model.Batch) (float32, error) {
 		if err := m.hook(model.HookBeforeForward, 1+l); err != nil {
 			return 0, err
 		}
-		m.blockForward(l, a.res[l], m.blockActs(l), a.res[l+1])
+		m.blockForwardPLD(l, a.res[l], m.blockActs(l), a.res[l+1])
 		if err := m.hook(model.HookAfterForward, 1+l); err != nil {
 			return 0, err
 		}
@@ -354,9 +355,9 @@ func (m *Model) Backward(dlossScale float32) error {
 			return err
 		}
 		if m.opt.Checkpoint {
-			m.blockForward(l, a.res[l], m.blockActs(l), nil) // recompute
+			m.blockForwardPLD(l, a.res[l], m.blockActs(l), nil) // recompute
 		}
-		m.blockBackward(l, a.res[l], m.blockActs(l), a.dres)
+		m.blockBackwardPLD(l, a.res[l], m.blockActs(l), a.dres)
 		if err := m.hook(model.HookAfterBackward, 1+l); err != nil {
 			return err
 		}
