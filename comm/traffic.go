@@ -60,6 +60,7 @@ func (t Traffic) String() string {
 //	all_reduce      the buffer:    sent = received = 2·(n−1)·b/n
 //	reduce_scatter  the input:     sent = received = (n−1)·b/n
 //	all_gather      the output:    sent = received = (n−1)·b/n
+//	all_to_all      the input:     sent = received = (n−1)·b/n
 //	broadcast       the buffer:    root sends b; every other rank receives b
 //	barrier, split  0
 //
@@ -76,7 +77,7 @@ func NominalTraffic(k Kind, n, rank, root int, b int64) (sent, received int64) {
 	case KindAllReduce:
 		v := 2 * (m - 1) * b / m
 		return v, v
-	case KindReduceScatter, KindAllGather:
+	case KindReduceScatter, KindAllGather, KindAllToAll:
 		v := (m - 1) * b / m
 		return v, v
 	case KindBroadcast:
