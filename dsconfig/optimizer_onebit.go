@@ -1,0 +1,59 @@
+package dsconfig
+
+import "fmt"
+
+// OneBit is the params of DeepSpeed's 1-bit optimizers
+// (runtime/fp16/onebit/{adam,zoadam,lamb}.py) that dszero reads; the
+// Adam ones (lr, betas, eps, weight_decay, bias_correction) are in
+// Optimizer.
+type OneBit struct {
+	FreezeStep      int64  // freeze_step (OnebitAdam, OnebitLamb; default 100000)
+	CommBackendName string // comm_backend_name: "nccl" (default), "mpi", "hccl" or "compressed"
+	CudaAware       bool   // cuda_aware (the MPI backend's; dszero's backends ignore it)
+	EpsInsideSqrt   bool   // eps_inside_sqrt (stored by DeepSpeed, not used by its update)
+}
+
+// The keyword arguments of the 1-bit optimizers' constructors (besides
+// params and deepspeed), DeepSpeed 0.14.5.
+var oneBitKwargs = map[string][]string{
+	"onebitadam": {"lr", "freeze_step", "bias_correction", "betas", "eps", "eps_inside_sqrt", "weight_decay",
+		"max_grad_norm", "amsgrad", "cuda_aware", "comm_backend_name"},
+	"zerooneadam": {"lr", "bias_correction", "betas", "eps", "eps_inside_sqrt", "weight_decay", "max_grad_norm",
+		"var_freeze_step", "var_update_scaler", "local_step_scaler", "local_step_clipper", "amsgrad", "cuda_aware",
+		"comm_backend_name"},
+	"onebitlamb": {"lr", "freeze_step", "bias_correction", "betas", "eps", "eps_inside_sqrt", "weight_decay",
+		"max_grad_norm", "max_coeff", "min_coeff", "amsgrad", "cuda_aware", "comm_backend_name", "coeff_beta",
+		"factor_max", "factor_min", "factor_threshold"},
+}
+
+// readOneBit reads a 1-bit optimizer's params with DeepSpeed's rules: ZeRO
+// stage 0 only (the engine asserts "1bit-Adam is not compatible with
+// ZeRO"), no AMSGrad (RuntimeError), a known comm backend (any other
+// leaves the backend None and fails), and the constructor's keywords.
+func (c *compiler) readOneBit(tf *field, pb *block, name string) {
+	o := &c.plan.Optimizer
+	labels := map[string]string{"onebitadam": "1bit-Adam", "zerooneadam": "0/1 Adam", "onebitlamb": "1bit-Lamb"}
+	o.Impl = map[string]string{"onebitadam": "OnebitAdam", "zerooneadam": "ZeroOneAdam", "onebitlamb": "OnebitLamb"}[name]
+	c.adamParams(pb, 0, 1e-3, [2]float64{0.9, 0.999}, 1e-8)
+	if c.plan.Zero.Stage > 0 {
+		c.s.errorf(tf.v, "optimizer.type", fmt.Sprintf("use ZeRO stage 0 with %s, or Adam/AdamW with ZeRO", labels[name]),
+			"%s is not compatible with ZeRO (stage %d)", labels[name], c.plan.Zero.Stage)
+	}
+	o.BiasCorrection = pb.get("bias_correction").Bool(true)
+	b := &o.OneBit
+	if name != "zerooneadam" {
+		b.FreezeStep = pb.get("freeze_step").Int(100000, 0)
+	}
+	b.EpsInsideSqrt = pb.get("eps_inside_sqrt").Bool(false)
+	b.CudaAware = pb.get("cuda_aware").Bool(false)
+	b.CommBackendName = pb.get("comm_backend_name").Enum("nccl", "nccl", "mpi", "hccl", "compressed")
+	if af := pb.get("amsgrad"); af.Bool(false) {
+		af.errorf("remove amsgrad", "%s does not support the AMSGrad variant (DeepSpeed raises RuntimeError)", labels[name])
+	}
+	c.checkKwargs(pb, o.Impl, oneBitKwargs[name], "max_grad_norm")
+	if name == "onebitadam" && c.plan.Precision.DType != "fp32" {
+		c.s.unsupportedf(c.at(c.plan.Precision.DType), c.plan.Precision.DType,
+			"train 1-bit Adam in fp32 with dszero for now",
+			"1-bit Adam under %s (DeepSpeed's FP16_Optimizer/BF16_Optimizer wrapping of it) is not implemented by dszero; it runs 1-bit Adam in fp32", c.plan.Precision.DType)
+	}
+}
