@@ -58,3 +58,18 @@ func TestCompressedChunksAndWords(t *testing.T) {
 		}
 	}
 }
+
+func TestSentSince(t *testing.T) {
+	var before, after Traffic
+	before.Record(KindAllReduce, Counts{Calls: 1, Sent: 100})
+	after = before
+	after.Record(KindAllReduce, Counts{Calls: 1, Sent: 40})
+	after.Record(KindAllToAll, Counts{Calls: 2, Sent: 7})
+	want := map[string]int64{"all_reduce": 40, "all_to_all": 7}
+	if d := cmp.Diff(want, after.SentSince(before)); d != "" {
+		t.Error(d)
+	}
+	if got := before.SentSince(before); got != nil {
+		t.Errorf("nothing sent: %v", got)
+	}
+}

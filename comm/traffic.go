@@ -88,3 +88,19 @@ func NominalTraffic(k Kind, n, rank, root int, b int64) (sent, received int64) {
 	}
 	return 0, 0
 }
+
+// SentSince is the nominal bytes sent per collective kind between before
+// and t (a later snapshot of the same Comm), by the kind's torch name,
+// for the kinds that sent any.
+func (t Traffic) SentSince(before Traffic) map[string]int64 {
+	var m map[string]int64
+	for k := range t.ByKind {
+		if d := t.ByKind[k].Sent - before.ByKind[k].Sent; d != 0 {
+			if m == nil {
+				m = map[string]int64{}
+			}
+			m[Kind(k).String()] = d
+		}
+	}
+	return m
+}
