@@ -22,7 +22,8 @@ const plainAdamJSON = `{"train_micro_batch_size_per_gpu": 2, "gradient_accumulat
 // first step is DeepSpeed's initialization pass, which changes nothing.
 // (The losses rise after the freeze: the MLP's dead ReLU units have a zero
 // variance, and 1-bit compression cannot send their zero momentum — the
-// case DeepSpeed's exp_avg_mask exists for.)
+// case DeepSpeed's exp_avg_mask exists for; DeepSpeed's OnebitAdam does the
+// same in conformance/reference/onebit_adam_ref.py with eps 1e-8.)
 func TestOneBitAdamTrainsMLP(t *testing.T) {
 	d := loadMLP(t)
 	for _, world := range []int{2, 3} {
