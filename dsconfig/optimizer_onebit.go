@@ -51,9 +51,11 @@ func (c *compiler) readOneBit(tf *field, pb *block, name string) {
 		af.errorf("remove amsgrad", "%s does not support the AMSGrad variant (DeepSpeed raises RuntimeError)", labels[name])
 	}
 	c.checkKwargs(pb, o.Impl, oneBitKwargs[name], "max_grad_norm")
-	if name == "onebitadam" && c.plan.Precision.DType != "fp32" {
-		c.s.unsupportedf(c.at(c.plan.Precision.DType), c.plan.Precision.DType,
-			"train 1-bit Adam in fp32 with dszero for now",
-			"1-bit Adam under %s (DeepSpeed's FP16_Optimizer/BF16_Optimizer wrapping of it) is not implemented by dszero; it runs 1-bit Adam in fp32", c.plan.Precision.DType)
+	if name == "onebitadam" && c.plan.Precision.DType == "bf16" {
+		// BF16_Optimizer partitions its fp32 master across the ranks and
+		// steps each rank's partition: the momentum each rank would
+		// compress is of a different slice.
+		c.s.unsupportedf(c.at("bf16"), "bf16", "train 1-bit Adam in fp16 (as DeepSpeed verifies it) or fp32",
+			"1-bit Adam under bf16 (DeepSpeed wraps it in BF16_Optimizer, which partitions the master weights across the ranks) is not run by dszero")
 	}
 }

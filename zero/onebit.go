@@ -11,10 +11,11 @@ import (
 )
 
 // newOneBitOptimizer builds DeepSpeed's 1-bit Adam for a ZeRO stage 0
-// plan over the whole flat buffer: one tensor per parameter of the
-// layout, as DeepSpeed's fp32 engine hands OnebitAdam the model's
-// parameters, exchanging on c. The config compiler has refused the rest
-// (ZeRO stages above 0, 16-bit precision, AMSGrad).
+// plan over the whole flat buffer, exchanging on c: in fp32 one tensor per
+// parameter of the layout, as DeepSpeed's engine hands OnebitAdam the
+// model's parameters; in fp16 one tensor, FP16_Optimizer's flat fp32
+// master. The config compiler has refused the rest (ZeRO stages above 0,
+// bf16, AMSGrad).
 func newOneBitOptimizer(plan dsconfig.Plan, ctx context.Context, c comm.Comm, layout *model.Layout, n int, a optim.Alloc) (optim.Optimizer, error) {
 	o := plan.Optimizer
 	if o.Impl != "OnebitAdam" {
@@ -26,6 +27,11 @@ func newOneBitOptimizer(plan dsconfig.Plan, ctx context.Context, c comm.Comm, la
 	segs := make([]optim.Segment, len(layout.Specs))
 	for i, s := range layout.Specs {
 		segs[i] = optim.Segment{Param: i, Start: s.Offset, Len: s.Numel}
+	}
+	if plan.Precision.DType == "fp16" {
+		// FP16_Optimizer hands it one flat fp32 master: one tensor,
+		// compressed (and padded) as a whole.
+		segs = []optim.Segment{{Param: 0, Start: 0, Len: n}}
 	}
 	cfg := optim.OneBitAdamConfig{LR: o.LR, Betas: o.Betas, Eps: o.Eps, WeightDecay: o.WeightDecay,
 		FreezeStep: o.OneBit.FreezeStep, BiasCorrection: o.BiasCorrection, EpsInsideSqrt: o.OneBit.EpsInsideSqrt}

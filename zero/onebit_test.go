@@ -6,6 +6,8 @@ import (
 	"testing"
 
 	"github.com/dszero/dszero/comm"
+	"github.com/dszero/dszero/internal/ztest"
+	"github.com/dszero/dszero/zero/lrsched"
 	"github.com/dszero/dszero/zero/optim"
 )
 
@@ -88,5 +90,54 @@ func TestOneBitAdamTraffic(t *testing.T) {
 		if ratio < 1.0/32 || ratio > 1.0/16 {
 			t.Errorf("rank %d: ratio %.4f, want between 1/32 and 1/16 for the MLP's small tensors", r, ratio)
 		}
+	}
+}
+
+// TestOneBitAdamFP16: in fp16 1-bit Adam compresses FP16_Optimizer's one
+// flat master (one all_to_all a compressed step), follows the fp32 run's
+// losses within 5%, and an overflow on one rank only after
+// the freeze — its gradients are its own then — skips the step on every
+// rank (the flag is all-reduced, as DeepSpeed's CheckOverflow does when
+// enable_backward_allreduce is False).
+func TestOneBitAdamFP16(t *testing.T) {
+	d := loadMLP(t)
+	const world, steps, freeze = 2, 10, 4
+	js := func(prec string) string {
+		return fmt.Sprintf(`{"train_micro_batch_size_per_gpu": 2, "gradient_accumulation_steps": 2, %s
+  "optimizer": {"type": "OneBitAdam", "params": {"lr": 1e-3, "eps": 1e-3, "freeze_step": %d}}}`, prec, freeze)
+	}
+	f32 := runMLP(t, js(""), world, steps, d)
+	f16 := runMLP(t, js(`"fp16": {"enabled": true, "initial_scale_power": 8},`), world, steps, d)
+	if got, want := f16.Traffic[0].Of(comm.KindAllToAll).Calls, int64(1+steps-freeze); got != want {
+		t.Errorf("fp16: %d all_to_all calls, want %d (one flat tensor per exchange)", got, want)
+	}
+	for i := range f32.Losses {
+		// 5%: besides fp16's rounding, the compressed steps differ by
+		// design (one scale for the flat master against one per tensor).
+		if rel := math.Abs(f16.Losses[i]-f32.Losses[i]) / f32.Losses[i]; !(rel < 5e-2) {
+			t.Errorf("step %d: fp16 loss %g, fp32 %g", i+1, f16.Losses[i], f32.Losses[i])
+		}
+	}
+
+	plan, err := ztest.Plan(js(`"fp16": {"enabled": true, "initial_scale_power": 8},`), world)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const bad = 6 // after the freeze: local gradients
+	r, err := ztest.RunMLP(plan, steps, lrsched.DeepSpeed0145, d, func(rank, step, micro, unit int, grads []float32) {
+		if rank == 1 && step == bad-1 && micro == 0 && unit == 0 {
+			grads[0] = float32(math.Inf(1))
+		}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, st := range r.Stats {
+		if st.Skipped != (i == bad-1) {
+			t.Errorf("step %d: skipped %v", i+1, st.Skipped)
+		}
+	}
+	if r.Stats[bad].LossScale >= r.Stats[bad-2].LossScale {
+		t.Errorf("loss scale %g after the overflow, %g before", r.Stats[bad].LossScale, r.Stats[bad-2].LossScale)
 	}
 }

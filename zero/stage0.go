@@ -149,8 +149,22 @@ func (s *Stage0) Step(in StepInput) (StepResult, error) {
 		o.Average.Unwire(s.grads, 0, len(s.grads))
 		o.Average.After(o.Pool, s.grads)
 	}
-	if in.CheckOverflow && lossscale.HasInfOrNaN(s.grads) {
-		return StepResult{GradNorm: -1, Overflow: true}, nil // the same on every rank
+	if in.CheckOverflow {
+		overflow := lossscale.HasInfOrNaN(s.grads)
+		if xopt != nil && xopt.LocalGradients() && o.Comm.Size() > 1 {
+			// The ranks' own gradients: CheckOverflow all-reduces the flag
+			// (MAX) when enable_backward_allreduce is False.
+			if s.one[0] = 0; overflow {
+				s.one[0] = 1
+			}
+			if err := o.Comm.AllReduce(o.Ctx, comm.F32(s.one), comm.Sum).Wait(); err != nil {
+				return StepResult{}, fmt.Errorf("stage 0: all-reduce of the overflow flag: %w", err)
+			}
+			overflow = s.one[0] > 0
+		}
+		if overflow {
+			return StepResult{GradNorm: -1, Overflow: true}, nil // the same on every rank
+		}
 	}
 	for i, sp := range o.Layout.Specs {
 		s.norms[i] = optim.Norm2F32(s.grads[sp.Offset : sp.Offset+sp.Numel])
