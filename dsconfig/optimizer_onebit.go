@@ -11,6 +11,11 @@ type OneBit struct {
 	CommBackendName string // comm_backend_name: "nccl" (default), "mpi", "hccl" or "compressed"
 	CudaAware       bool   // cuda_aware (the MPI backend's; dszero's backends ignore it)
 	EpsInsideSqrt   bool   // eps_inside_sqrt (stored by DeepSpeed, not used by its update)
+
+	VarFreezeStep    int64 // ZeroOneAdam's var_freeze_step (100000)
+	VarUpdateScaler  int64 // var_update_scaler (16)
+	LocalStepScaler  int64 // local_step_scaler (32678)
+	LocalStepClipper int64 // local_step_clipper (16)
 }
 
 // The keyword arguments of the 1-bit optimizers' constructors (besides
@@ -43,6 +48,12 @@ func (c *compiler) readOneBit(tf *field, pb *block, name string) {
 	b := &o.OneBit
 	if name != "zerooneadam" {
 		b.FreezeStep = pb.get("freeze_step").Int(100000, 0)
+	} else {
+		b.VarFreezeStep = pb.get("var_freeze_step").Int(100000, 0)
+		b.VarUpdateScaler = pb.get("var_update_scaler").Int(16, 0)
+		b.LocalStepScaler = pb.get("local_step_scaler").Int(32678, 0)
+		// Its interval min(clipper, 2·interval) divides the step count.
+		b.LocalStepClipper = pb.get("local_step_clipper").Int(16, 1)
 	}
 	b.EpsInsideSqrt = pb.get("eps_inside_sqrt").Bool(false)
 	b.CudaAware = pb.get("cuda_aware").Bool(false)
@@ -51,11 +62,11 @@ func (c *compiler) readOneBit(tf *field, pb *block, name string) {
 		af.errorf("remove amsgrad", "%s does not support the AMSGrad variant (DeepSpeed raises RuntimeError)", labels[name])
 	}
 	c.checkKwargs(pb, o.Impl, oneBitKwargs[name], "max_grad_norm")
-	if name == "onebitadam" && c.plan.Precision.DType == "bf16" {
+	if name != "onebitlamb" && c.plan.Precision.DType == "bf16" {
 		// BF16_Optimizer partitions its fp32 master across the ranks and
 		// steps each rank's partition: the momentum each rank would
 		// compress is of a different slice.
-		c.s.unsupportedf(c.at("bf16"), "bf16", "train 1-bit Adam in fp16 (as DeepSpeed verifies it) or fp32",
-			"1-bit Adam under bf16 (DeepSpeed wraps it in BF16_Optimizer, which partitions the master weights across the ranks) is not run by dszero")
+		c.s.unsupportedf(c.at("bf16"), "bf16", fmt.Sprintf("train %s in fp16 (as DeepSpeed verifies it) or fp32", labels[name]),
+			"%s under bf16 (DeepSpeed wraps it in BF16_Optimizer, which partitions the master weights across the ranks) is not run by dszero", labels[name])
 	}
 }

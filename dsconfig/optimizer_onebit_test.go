@@ -42,10 +42,19 @@ func TestOneBitRules(t *testing.T) {
 			want: &OneBit{FreezeStep: 7, CommBackendName: "nccl"}},
 		{name: "bf16 is not run by dszero",
 			src:   `{` + batchOK + ` "optimizer": {"type": "OneBitAdam"}, "bf16": {"enabled": true}}`,
-			diags: []wantDiag{{Unsupported, "bf16", []string{"1-bit Adam under bf16"}}}},
-		{name: "0/1 Adam reads var_freeze_step, dszero does not run it",
-			src:   `{` + batchOK + ` "optimizer": {"type": "ZeroOneAdam", "params": {"var_freeze_step": 10}}}`,
-			diags: []wantDiag{{Unsupported, "optimizer.type", []string{"ZeroOneAdam"}}}},
+			diags: []wantDiag{{Unsupported, "bf16", []string{"1bit-Adam under bf16"}}}},
+		{name: "0/1 Adam with its defaults",
+			src:  `{` + batchOK + ` "optimizer": {"type": "ZeroOneAdam", "params": {"var_freeze_step": 10}}}`,
+			want: &OneBit{VarFreezeStep: 10, VarUpdateScaler: 16, LocalStepScaler: 32678, LocalStepClipper: 16, CommBackendName: "nccl"}},
+		{name: "0/1 Adam with local_step_clipper 0", reject: true,
+			src:   `{` + batchOK + ` "optimizer": {"type": "ZeroOneAdam", "params": {"local_step_clipper": 0}}}`,
+			diags: []wantDiag{{Error, "optimizer.params.local_step_clipper", nil}}},
+		{name: "0/1 Adam does not take freeze_step", reject: true,
+			src:   `{` + batchOK + ` "optimizer": {"type": "ZeroOneAdam", "params": {"freeze_step": 10}}}`,
+			diags: []wantDiag{{Error, "optimizer.params.freeze_step", []string{"ZeroOneAdam"}}}},
+		{name: "1-bit Lamb is read, dszero does not run it",
+			src:   `{` + batchOK + ` "optimizer": {"type": "OneBitLamb", "params": {"freeze_step": 10, "coeff_beta": 0.9}}}`,
+			diags: []wantDiag{{Unsupported, "optimizer.type", []string{"OnebitLamb"}}}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

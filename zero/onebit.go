@@ -18,7 +18,7 @@ import (
 // bf16, AMSGrad).
 func newOneBitOptimizer(plan dsconfig.Plan, ctx context.Context, c comm.Comm, layout *model.Layout, n int, a optim.Alloc) (optim.Optimizer, error) {
 	o := plan.Optimizer
-	if o.Impl != "OnebitAdam" {
+	if o.Impl != "OnebitAdam" && o.Impl != "ZeroOneAdam" {
 		return nil, fmt.Errorf("optimizer %s (%s) is not implemented by dszero", o.Type, o.Impl)
 	}
 	if n != layout.Numel {
@@ -33,6 +33,17 @@ func newOneBitOptimizer(plan dsconfig.Plan, ctx context.Context, c comm.Comm, la
 		// compressed (and padded) as a whole.
 		segs = []optim.Segment{{Param: 0, Start: 0, Len: n}}
 	}
+	if o.Impl == "ZeroOneAdam" {
+		b := o.OneBit
+		cfg := optim.ZeroOneAdamConfig{LR: o.LR, Betas: o.Betas, Eps: o.Eps, WeightDecay: o.WeightDecay,
+			VarFreezeStep: b.VarFreezeStep, VarUpdateScaler: b.VarUpdateScaler, LocalStepScaler: b.LocalStepScaler,
+			LocalStepClipper: b.LocalStepClipper, BiasCorrection: o.BiasCorrection, EpsInsideSqrt: b.EpsInsideSqrt}
+		opt, err := optim.NewZeroOneAdam(cfg, n, segs, ctx, c, a)
+		if err != nil {
+			return nil, fmt.Errorf("optimizer ZeroOneAdam: %w", err)
+		}
+		return opt, nil
+	}
 	cfg := optim.OneBitAdamConfig{LR: o.LR, Betas: o.Betas, Eps: o.Eps, WeightDecay: o.WeightDecay,
 		FreezeStep: o.OneBit.FreezeStep, BiasCorrection: o.BiasCorrection, EpsInsideSqrt: o.OneBit.EpsInsideSqrt}
 	opt, err := optim.NewOneBitAdam(cfg, n, segs, ctx, c, a)
@@ -43,4 +54,6 @@ func newOneBitOptimizer(plan dsconfig.Plan, ctx context.Context, c comm.Comm, la
 }
 
 // isOneBit reports whether the plan's optimizer exchanges compressed.
-func isOneBit(plan dsconfig.Plan) bool { return plan.Optimizer.Impl == "OnebitAdam" }
+func isOneBit(plan dsconfig.Plan) bool {
+	return plan.Optimizer.Impl == "OnebitAdam" || plan.Optimizer.Impl == "ZeroOneAdam"
+}

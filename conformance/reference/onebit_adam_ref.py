@@ -1,15 +1,22 @@
 #!/usr/bin/env python3
-"""1-bit Adam on the harness's TinyMLP at N in-process ranks, in float64: DeepSpeed 0.14.5's own
-OnebitAdam class, driven by a port of the engine's loop and of its compressed all-reduce.
+"""1-bit Adam and 0/1 Adam on the harness's TinyMLP at N in-process ranks, in float64: DeepSpeed
+0.14.5's own OnebitAdam and ZeroOneAdam classes, driven by a port of the engine's loop and of its
+compressed all-reduce.
 
     /usr/bin/python3 conformance/reference/onebit_adam_ref.py \
         --data model/mlp/testdata --world 2 --steps 10 --freeze-step 5 \
-        --out zero/testdata/onebit_adam_mlp_ref.json
+        --out zero/testdata/onebit_adam_mlp_world2.json
+    /usr/bin/python3 conformance/reference/onebit_adam_ref.py --optimizer zerooneadam \
+        --data model/mlp/testdata --world 2 --steps 18 --var-freeze-step 9 ... \
+        --out zero/testdata/zeroone_adam_mlp_world2.json
 
 What is DeepSpeed's code and what is the port:
 
 * DeepSpeed's, imported unmodified from its v0.14.5 source (~/.cache/dszero-ref/deepspeed-src, see
-  setup.sh): deepspeed.runtime.fp16.onebit.adam.OnebitAdam. Its step() is what runs: the
+  setup.sh): deepspeed.runtime.fp16.onebit.adam.OnebitAdam and
+  deepspeed.runtime.fp16.onebit.zoadam.ZeroOneAdam (its variance intervals, the compressed
+  gradients between them, the frozen local steps and their compressed syncs). OnebitAdam's step()
+  is what runs: the
   initialization pass of the first call, the warm-up (exp_avg and exp_avg_sq from the averaged
   gradients, update exp_avg / (sqrt(exp_avg_sq) + eps), no bias correction, weight decay added to
   the update), the switch after the step whose count reaches freeze_step (it sets
@@ -170,14 +177,33 @@ def main():
     ap.add_argument("--lr", type=float, default=1e-3)
     ap.add_argument("--weight-decay", type=float, default=0.01)
     ap.add_argument("--eps", type=float, default=1e-8)
+    ap.add_argument("--optimizer", choices=["onebitadam", "zerooneadam"], default="onebitadam")
+    ap.add_argument("--var-freeze-step", type=int, default=100000)
+    ap.add_argument("--var-update-scaler", type=int, default=16)
+    ap.add_argument("--local-step-scaler", type=int, default=32678)
+    ap.add_argument("--local-step-clipper", type=int, default=16)
     ap.add_argument("--out", required=True)
     a = ap.parse_args()
 
-    import deepspeed.runtime.fp16.onebit.adam as onebit_adam  # DeepSpeed's own class
+    import deepspeed.runtime.fp16.onebit.adam as onebit_adam  # DeepSpeed's own classes
+    import deepspeed.runtime.fp16.onebit.zoadam as zoadam
 
     ex = Exchange(a.world)
     sys.modules["deepspeed.runtime.comm.nccl"] = make_nccl_module(ex)
     onebit_adam.dist = FakeDist(a.world)
+    zoadam.dist = FakeDist(a.world)
+    if a.optimizer == "onebitadam":
+        params = {"lr": a.lr, "eps": a.eps, "freeze_step": a.freeze_step, "weight_decay": a.weight_decay,
+                  "comm_backend_name": "nccl"}
+        make_opt = onebit_adam.OnebitAdam
+        ds_type = "OneBitAdam"
+    else:
+        params = {"lr": a.lr, "eps": a.eps, "var_freeze_step": a.var_freeze_step,
+                  "var_update_scaler": a.var_update_scaler, "local_step_scaler": a.local_step_scaler,
+                  "local_step_clipper": a.local_step_clipper, "weight_decay": a.weight_decay,
+                  "comm_backend_name": "nccl"}
+        make_opt = zoadam.ZeroOneAdam
+        ds_type = "ZeroOneAdam"
 
     init, _ = load_safetensors(os.path.join(a.data, "mlp_init.safetensors"))
     names = sorted({k.split(".")[0] for k in init}, key=lambda s: int(s[2:]))
@@ -195,8 +221,7 @@ def main():
                 for n, p in model.named_parameters():
                     p.copy_(init[n].to(torch.float64))
             engine = types.SimpleNamespace(mpu=None, local_rank=r, enable_backward_allreduce=True)
-            opt = onebit_adam.OnebitAdam(model.parameters(), deepspeed=engine, lr=a.lr, freeze_step=a.freeze_step,
-                                         eps=a.eps, weight_decay=a.weight_decay, comm_backend_name="nccl")
+            opt = make_opt(model.parameters(), deepspeed=engine, **params)
             for s in range(a.steps):
                 for p in model.parameters():
                     p.grad = None
@@ -239,10 +264,8 @@ def main():
         if not math.isfinite(steps[-1]["loss"]):
             print(f"warning: step {s + 1} loss {steps[-1]['loss']}", file=sys.stderr)
     ds_config = {"train_micro_batch_size_per_gpu": a.micro, "gradient_accumulation_steps": a.gas,
-                 "optimizer": {"type": "OneBitAdam", "params": {"lr": a.lr, "eps": a.eps, "freeze_step": a.freeze_step,
-                                                                 "weight_decay": a.weight_decay,
-                                                                 "comm_backend_name": "nccl"}}}
-    out = {"generator": "conformance/reference/onebit_adam_ref.py (DeepSpeed 0.14.5 OnebitAdam, ported engine "
+                 "optimizer": {"type": ds_type, "params": params}}
+    out = {"generator": f"conformance/reference/onebit_adam_ref.py (DeepSpeed 0.14.5 {make_opt.__name__}, ported engine "
                         "loop and NcclBackend.compressed_allreduce, float64, torch " + torch.__version__ + ")",
            "command": " ".join(["/usr/bin/python3", "conformance/reference/onebit_adam_ref.py"] + sys.argv[1:]),
            "world": a.world, "ds_config": ds_config, "steps": steps}

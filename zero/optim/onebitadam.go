@@ -74,18 +74,75 @@ type OneBitAdam struct {
 	n    int
 	segs []Segment
 	st   *stateBufs // exp_avg, exp_avg_sq
-	ctx  context.Context
-	c    comm.Comm
-	z    *comm.Compressor
+	x    *tensorExchange
 
 	steps       int64
 	initialized bool // DeepSpeed's self.initialize
 	frozen      bool // adam_freeze_key
 	local       bool // not engine.enable_backward_allreduce
 
-	ef      []comm.ErrorFeedback // per segment; nil until used
-	padded  []float32            // the compressed all-reduce's buffer
-	errStep error                // Step's error, for StepExchange's callers that call Step
+	errStep error // Step's error, for StepExchange's callers that call Step
+}
+
+// tensorExchange is the compressed all-reduce of the 1-bit optimizers over
+// the tensors (segments) of a flat buffer, each padded as DeepSpeed pads
+// it, with its own error feedback.
+type tensorExchange struct {
+	name   string // the optimizer, for errors
+	ctx    context.Context
+	c      comm.Comm
+	z      *comm.Compressor
+	segs   []Segment
+	ef     []comm.ErrorFeedback // per segment; zero until used
+	padded []float32            // the compressed all-reduce's buffer
+}
+
+func newTensorExchange(name string, ctx context.Context, c comm.Comm, segs []Segment) *tensorExchange {
+	if ctx == nil {
+		ctx = context.Background()
+	}
+	return &tensorExchange{name: name, ctx: ctx, c: c, z: comm.NewCompressor(c), segs: segs}
+}
+
+// reset zeroes the errors (DeepSpeed pops or zeroes worker_error and
+// server_error).
+func (x *tensorExchange) reset() { x.ef = nil }
+
+// run replaces v, segment i's values, by their compressed average over
+// the ranks, padded with zeros to OneBitPadded.
+func (x *tensorExchange) run(i int, v []float32, step int64) error {
+	size, rank := x.c.Size(), x.c.Rank()
+	if x.ef == nil {
+		x.ef = make([]comm.ErrorFeedback, len(x.segs))
+	}
+	N := OneBitPadded(len(v), size)
+	if x.ef[i].Worker == nil {
+		x.ef[i] = comm.NewErrorFeedback(N, size, rank)
+	}
+	if cap(x.padded) < N {
+		x.padded = make([]float32, N)
+	}
+	buf := x.padded[:N]
+	copy(buf, v)
+	clear(buf[len(v):])
+	if err := x.z.AllReduce(x.ctx, buf, &x.ef[i]); err != nil {
+		return fmt.Errorf("%s, step %d, parameter %d: %w", x.name, step, x.segs[i].Param, err)
+	}
+	copy(v, buf)
+	return nil
+}
+
+func checkSegments(what string, n int, segs []Segment) {
+	end := 0
+	for _, s := range segs {
+		if s.Start != end || s.Len < 0 {
+			panic(fmt.Sprintf("optim: %s segments must tile the buffer in order; %+v starts at %d", what, s, end))
+		}
+		end += s.Len
+	}
+	if end != n {
+		panic(fmt.Sprintf("optim: %s segments cover %d of %d elements", what, end, n))
+	}
 }
 
 var _ Exchanging = (*OneBitAdam)(nil)
@@ -107,24 +164,12 @@ func NewOneBitAdam(cfg OneBitAdamConfig, n int, segs []Segment, ctx context.Cont
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	end := 0
-	for _, s := range segs {
-		if s.Start != end || s.Len < 0 {
-			panic(fmt.Sprintf("optim: 1-bit Adam segments must tile the buffer in order; %+v starts at %d", s, end))
-		}
-		end += s.Len
-	}
-	if end != n {
-		panic(fmt.Sprintf("optim: 1-bit Adam segments cover %d of %d elements", end, n))
-	}
+	checkSegments("1-bit Adam", n, segs)
 	st, err := newStateBufs(a, n, "exp_avg", "exp_avg_sq")
 	if err != nil {
 		return nil, err
 	}
-	if ctx == nil {
-		ctx = context.Background()
-	}
-	return &OneBitAdam{cfg: cfg, n: n, segs: segs, st: st, ctx: ctx, c: c, z: comm.NewCompressor(c)}, nil
+	return &OneBitAdam{cfg: cfg, n: n, segs: segs, st: st, x: newTensorExchange("1-bit Adam", ctx, c, segs)}, nil
 }
 
 // OneBitPadded is the length DeepSpeed pads a tensor of n elements to for
@@ -171,7 +216,7 @@ func (o *OneBitAdam) SetStepCount(n int64) {
 	o.steps = n
 	o.frozen = n >= o.cfg.FreezeStep
 	o.local = o.frozen
-	o.ef = nil
+	o.x.reset()
 }
 
 // LoadState copies a checkpointed exp_avg or exp_avg_sq.
@@ -198,14 +243,14 @@ func (o *OneBitAdam) StepExchange(params, grads []float32) error {
 	if !o.initialized {
 		// The initialization pass: the zero momentum through the
 		// compressed all-reduce, nothing updated.
-		if o.c.Size() > 1 {
+		if o.x.c.Size() > 1 {
 			for i, s := range o.segs {
-				if err := o.exchange(i, m[s.Start:s.Start+s.Len]); err != nil {
+				if err := o.x.run(i, m[s.Start:s.Start+s.Len], o.steps); err != nil {
 					return err
 				}
 			}
 		}
-		o.ef = nil // zero: the pass left them so (DeepSpeed pops them)
+		o.x.reset() // zero: the pass left them so (DeepSpeed pops them)
 		o.initialized, o.frozen = true, false
 		return nil
 	}
@@ -221,8 +266,8 @@ func (o *OneBitAdam) StepExchange(params, grads []float32) error {
 			for j, gj := range g {
 				vv[j] = float32(vv[j]*b2) + float32(c2*float32(gj*gj))
 			}
-		} else if o.c.Size() > 1 {
-			if err := o.exchange(i, mm); err != nil {
+		} else if o.x.c.Size() > 1 {
+			if err := o.x.run(i, mm, o.steps); err != nil {
 				return err
 			}
 		}
@@ -244,28 +289,4 @@ func (o *OneBitAdam) update(p, m, v []float32) {
 		}
 		p[j] += float32(nlr * u)
 	}
-}
-
-// exchange replaces segment i's momentum m by its compressed average over
-// the ranks, padded as DeepSpeed pads it.
-func (o *OneBitAdam) exchange(i int, m []float32) error {
-	size, rank := o.c.Size(), o.c.Rank()
-	if o.ef == nil {
-		o.ef = make([]comm.ErrorFeedback, len(o.segs))
-	}
-	N := OneBitPadded(len(m), size)
-	if o.ef[i].Worker == nil {
-		o.ef[i] = comm.NewErrorFeedback(N, size, rank)
-	}
-	if cap(o.padded) < N {
-		o.padded = make([]float32, N)
-	}
-	buf := o.padded[:N]
-	copy(buf, m)
-	clear(buf[len(m):])
-	if err := o.z.AllReduce(o.ctx, buf, &o.ef[i]); err != nil {
-		return fmt.Errorf("1-bit Adam, step %d, parameter %d: %w", o.steps, o.segs[i].Param, err)
-	}
-	copy(m, buf)
-	return nil
 }
