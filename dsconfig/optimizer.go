@@ -53,7 +53,7 @@ var zeroSupported = map[string]bool{
 // dszeroRuns are the implementations dszero's optimizer package runs.
 var dszeroRuns = map[string]bool{
 	"torch.optim.Adam": true, "torch.optim.AdamW": true, "FusedAdam": true, "DeepSpeedCPUAdam": true,
-	"torch.optim.SGD": true, "FusedLamb": true, "OnebitAdam": true, "ZeroOneAdam": true,
+	"torch.optim.SGD": true, "FusedLamb": true, "OnebitAdam": true, "ZeroOneAdam": true, "OnebitLamb": true,
 }
 
 func (c *compiler) readOptimizer(top *block) {

@@ -16,6 +16,11 @@ type OneBit struct {
 	VarUpdateScaler  int64 // var_update_scaler (16)
 	LocalStepScaler  int64 // local_step_scaler (32678)
 	LocalStepClipper int64 // local_step_clipper (16)
+
+	CoeffBeta       float64 // OnebitLamb's coeff_beta (0.9); max_coeff and min_coeff are Optimizer's
+	FactorMax       float64 // factor_max (4)
+	FactorMin       float64 // factor_min (0.5)
+	FactorThreshold float64 // factor_threshold (0.1)
 }
 
 // The keyword arguments of the 1-bit optimizers' constructors (besides
@@ -55,6 +60,18 @@ func (c *compiler) readOneBit(tf *field, pb *block, name string) {
 		// Its interval min(clipper, 2·interval) divides the step count.
 		b.LocalStepClipper = pb.get("local_step_clipper").Int(16, 1)
 	}
+	if name == "onebitlamb" {
+		o.MaxCoeff = pb.get("max_coeff").Float(10)
+		o.MinCoeff = pb.get("min_coeff").Float(0.01)
+		b.CoeffBeta = pb.get("coeff_beta").Float(0.9)
+		b.FactorMax = pb.get("factor_max").Float(4)
+		b.FactorMin = pb.get("factor_min").Float(0.5)
+		b.FactorThreshold = pb.get("factor_threshold").Float(0.1)
+		if c.plan.Precision.DType == "fp16" {
+			c.s.unsupportedf(c.at("fp16"), "fp16", "train 1-bit Lamb in fp32 with dszero",
+				"1-bit Lamb under fp16 (DeepSpeed wraps it in FP16_UnfusedOptimizer, per-parameter fp32 copies) is not run by dszero")
+		}
+	}
 	b.EpsInsideSqrt = pb.get("eps_inside_sqrt").Bool(false)
 	b.CudaAware = pb.get("cuda_aware").Bool(false)
 	b.CommBackendName = pb.get("comm_backend_name").Enum("nccl", "nccl", "mpi", "hccl", "compressed")
@@ -62,7 +79,7 @@ func (c *compiler) readOneBit(tf *field, pb *block, name string) {
 		af.errorf("remove amsgrad", "%s does not support the AMSGrad variant (DeepSpeed raises RuntimeError)", labels[name])
 	}
 	c.checkKwargs(pb, o.Impl, oneBitKwargs[name], "max_grad_norm")
-	if name != "onebitlamb" && c.plan.Precision.DType == "bf16" {
+	if c.plan.Precision.DType == "bf16" {
 		// BF16_Optimizer partitions its fp32 master across the ranks and
 		// steps each rank's partition: the momentum each rank would
 		// compress is of a different slice.

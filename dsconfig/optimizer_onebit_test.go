@@ -52,9 +52,12 @@ func TestOneBitRules(t *testing.T) {
 		{name: "0/1 Adam does not take freeze_step", reject: true,
 			src:   `{` + batchOK + ` "optimizer": {"type": "ZeroOneAdam", "params": {"freeze_step": 10}}}`,
 			diags: []wantDiag{{Error, "optimizer.params.freeze_step", []string{"ZeroOneAdam"}}}},
-		{name: "1-bit Lamb is read, dszero does not run it",
-			src:   `{` + batchOK + ` "optimizer": {"type": "OneBitLamb", "params": {"freeze_step": 10, "coeff_beta": 0.9}}}`,
-			diags: []wantDiag{{Unsupported, "optimizer.type", []string{"OnebitLamb"}}}},
+		{name: "1-bit Lamb with its defaults",
+			src:  `{` + batchOK + ` "optimizer": {"type": "OneBitLamb", "params": {"freeze_step": 10, "coeff_beta": 0.8}}}`,
+			want: &OneBit{FreezeStep: 10, CoeffBeta: 0.8, FactorMax: 4, FactorMin: 0.5, FactorThreshold: 0.1, CommBackendName: "nccl"}},
+		{name: "1-bit Lamb in fp16 is not run by dszero",
+			src:   `{` + batchOK + ` "optimizer": {"type": "OneBitLamb"}, "fp16": {"enabled": true}}`,
+			diags: []wantDiag{{Unsupported, "fp16", []string{"FP16_UnfusedOptimizer"}}}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

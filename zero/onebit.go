@@ -18,7 +18,7 @@ import (
 // bf16, AMSGrad).
 func newOneBitOptimizer(plan dsconfig.Plan, ctx context.Context, c comm.Comm, layout *model.Layout, n int, a optim.Alloc) (optim.Optimizer, error) {
 	o := plan.Optimizer
-	if o.Impl != "OnebitAdam" && o.Impl != "ZeroOneAdam" {
+	if o.Impl != "OnebitAdam" && o.Impl != "ZeroOneAdam" && o.Impl != "OnebitLamb" {
 		return nil, fmt.Errorf("optimizer %s (%s) is not implemented by dszero", o.Type, o.Impl)
 	}
 	if n != layout.Numel {
@@ -32,6 +32,17 @@ func newOneBitOptimizer(plan dsconfig.Plan, ctx context.Context, c comm.Comm, la
 		// FP16_Optimizer hands it one flat fp32 master: one tensor,
 		// compressed (and padded) as a whole.
 		segs = []optim.Segment{{Param: 0, Start: 0, Len: n}}
+	}
+	if o.Impl == "OnebitLamb" {
+		b := o.OneBit
+		cfg := optim.OneBitLambConfig{LR: o.LR, Betas: o.Betas, Eps: o.Eps, WeightDecay: o.WeightDecay, FreezeStep: b.FreezeStep,
+			MaxCoeff: o.MaxCoeff, MinCoeff: o.MinCoeff, CoeffBeta: b.CoeffBeta, FactorMax: b.FactorMax, FactorMin: b.FactorMin,
+			FactorThreshold: b.FactorThreshold, BiasCorrection: o.BiasCorrection, EpsInsideSqrt: b.EpsInsideSqrt}
+		opt, err := optim.NewOneBitLamb(cfg, n, segs, ctx, c, a)
+		if err != nil {
+			return nil, fmt.Errorf("optimizer OnebitLamb: %w", err)
+		}
+		return opt, nil
 	}
 	if o.Impl == "ZeroOneAdam" {
 		b := o.OneBit
@@ -55,5 +66,9 @@ func newOneBitOptimizer(plan dsconfig.Plan, ctx context.Context, c comm.Comm, la
 
 // isOneBit reports whether the plan's optimizer exchanges compressed.
 func isOneBit(plan dsconfig.Plan) bool {
-	return plan.Optimizer.Impl == "OnebitAdam" || plan.Optimizer.Impl == "ZeroOneAdam"
+	switch plan.Optimizer.Impl {
+	case "OnebitAdam", "ZeroOneAdam", "OnebitLamb":
+		return true
+	}
+	return false
 }

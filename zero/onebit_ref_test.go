@@ -26,9 +26,11 @@ type oneBitRef struct {
 	} `json:"steps"`
 }
 
-// TestOneBitAdamMatchesDeepSpeedReference: dszero's 1-bit Adam and 0/1
-// Adam (float32) train the MLP on 2 and 3 ranks with the losses of
-// DeepSpeed's OnebitAdam and ZeroOneAdam (float64): 1-bit Adam through the
+// TestOneBitAdamMatchesDeepSpeedReference: dszero's 1-bit Adam, 0/1 Adam
+// and 1-bit Lamb (float32) train the MLP on 2 and 3 ranks with the losses
+// of DeepSpeed's OnebitAdam, ZeroOneAdam and OnebitLamb (float64); 1-bit
+// Lamb through 3 warm-up steps with trust ratios and 7 compressed ones
+// with the scaled flat momentum and its factor; 1-bit Adam through the
 // initialization step, the warm-up and 7 compressed steps; 0/1 Adam
 // through variance intervals 1, 2 and 4 (var_update_scaler 2) with
 // compressed gradients between the variance updates, the freeze after
@@ -41,7 +43,8 @@ type oneBitRef struct {
 // cannot send their zero momentum; DeepSpeed's exp_avg_mask is for that).
 func TestOneBitAdamMatchesDeepSpeedReference(t *testing.T) {
 	d := loadMLP(t)
-	for _, name := range []string{"onebit_adam_mlp_world2", "onebit_adam_mlp_world3", "zeroone_adam_mlp_world2", "zeroone_adam_mlp_world3"} {
+	for _, name := range []string{"onebit_adam_mlp_world2", "onebit_adam_mlp_world3", "zeroone_adam_mlp_world2", "zeroone_adam_mlp_world3",
+		"onebit_lamb_mlp_world2", "onebit_lamb_mlp_world3"} {
 		t.Run(name, func(t *testing.T) {
 			raw, err := os.ReadFile("testdata/" + name + ".json")
 			if err != nil {

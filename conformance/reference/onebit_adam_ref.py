@@ -15,8 +15,9 @@ What is DeepSpeed's code and what is the port:
 * DeepSpeed's, imported unmodified from its v0.14.5 source (~/.cache/dszero-ref/deepspeed-src, see
   setup.sh): deepspeed.runtime.fp16.onebit.adam.OnebitAdam and
   deepspeed.runtime.fp16.onebit.zoadam.ZeroOneAdam (its variance intervals, the compressed
-  gradients between them, the frozen local steps and their compressed syncs). OnebitAdam's step()
-  is what runs: the
+  gradients between them, the frozen local steps and their compressed syncs) and
+  deepspeed.runtime.fp16.onebit.lamb.OnebitLamb (trust ratios, their EMA, the scaled flat momentum,
+  the fresh variance and its factor). OnebitAdam's step() is what runs: the
   initialization pass of the first call, the warm-up (exp_avg and exp_avg_sq from the averaged
   gradients, update exp_avg / (sqrt(exp_avg_sq) + eps), no bias correction, weight decay added to
   the update), the switch after the step whose count reaches freeze_step (it sets
@@ -177,7 +178,13 @@ def main():
     ap.add_argument("--lr", type=float, default=1e-3)
     ap.add_argument("--weight-decay", type=float, default=0.01)
     ap.add_argument("--eps", type=float, default=1e-8)
-    ap.add_argument("--optimizer", choices=["onebitadam", "zerooneadam"], default="onebitadam")
+    ap.add_argument("--optimizer", choices=["onebitadam", "zerooneadam", "onebitlamb"], default="onebitadam")
+    ap.add_argument("--max-coeff", type=float, default=10.0)
+    ap.add_argument("--min-coeff", type=float, default=0.01)
+    ap.add_argument("--coeff-beta", type=float, default=0.9)
+    ap.add_argument("--factor-max", type=float, default=4.0)
+    ap.add_argument("--factor-min", type=float, default=0.5)
+    ap.add_argument("--factor-threshold", type=float, default=0.1)
     ap.add_argument("--var-freeze-step", type=int, default=100000)
     ap.add_argument("--var-update-scaler", type=int, default=16)
     ap.add_argument("--local-step-scaler", type=int, default=32678)
@@ -187,16 +194,25 @@ def main():
 
     import deepspeed.runtime.fp16.onebit.adam as onebit_adam  # DeepSpeed's own classes
     import deepspeed.runtime.fp16.onebit.zoadam as zoadam
+    import deepspeed.runtime.fp16.onebit.lamb as onebit_lamb
 
     ex = Exchange(a.world)
     sys.modules["deepspeed.runtime.comm.nccl"] = make_nccl_module(ex)
     onebit_adam.dist = FakeDist(a.world)
     zoadam.dist = FakeDist(a.world)
+    onebit_lamb.dist = FakeDist(a.world)
     if a.optimizer == "onebitadam":
         params = {"lr": a.lr, "eps": a.eps, "freeze_step": a.freeze_step, "weight_decay": a.weight_decay,
                   "comm_backend_name": "nccl"}
         make_opt = onebit_adam.OnebitAdam
         ds_type = "OneBitAdam"
+    elif a.optimizer == "onebitlamb":
+        params = {"lr": a.lr, "eps": a.eps, "freeze_step": a.freeze_step, "weight_decay": a.weight_decay,
+                  "max_coeff": a.max_coeff, "min_coeff": a.min_coeff, "coeff_beta": a.coeff_beta,
+                  "factor_max": a.factor_max, "factor_min": a.factor_min, "factor_threshold": a.factor_threshold,
+                  "comm_backend_name": "nccl"}
+        make_opt = onebit_lamb.OnebitLamb
+        ds_type = "OneBitLamb"
     else:
         params = {"lr": a.lr, "eps": a.eps, "var_freeze_step": a.var_freeze_step,
                   "var_update_scaler": a.var_update_scaler, "local_step_scaler": a.local_step_scaler,
