@@ -111,7 +111,7 @@ func NewOneBitLamb(cfg OneBitLambConfig, n int, segs []Segment, ctx context.Cont
 		last: make([]float32, n), x: newTensorExchange("1-bit Lamb", ctx, c, []Segment{{Param: 0, Start: 0, Len: n}}),
 		coeffFreeze: make([]float64, len(segs)), lastFactor: make([]float64, len(segs))}
 	for i := range o.lastFactor {
-		o.lastFactor[i] = factor
+		o.lastFactor[i] = 1
 	}
 	return o, nil
 }
