@@ -224,3 +224,39 @@ type zeroSolo struct{ comm.Comm }
 
 func (zeroSolo) Size() int { return 1 }
 func (zeroSolo) Rank() int { return 0 }
+
+func TestOneBitConfigsValidate(t *testing.T) {
+	zo := DefaultZeroOneAdamConfig()
+	lamb := DefaultOneBitLambConfig()
+	if err := zo.Validate(); err != nil {
+		t.Errorf("0/1 Adam defaults: %v", err)
+	}
+	if err := lamb.Validate(); err != nil {
+		t.Errorf("1-bit Lamb defaults: %v", err)
+	}
+	badZO := []func(*ZeroOneAdamConfig){
+		func(c *ZeroOneAdamConfig) { c.LocalStepClipper = 0 },
+		func(c *ZeroOneAdamConfig) { c.VarFreezeStep = -1 },
+		func(c *ZeroOneAdamConfig) { c.VarUpdateScaler = -1 },
+		func(c *ZeroOneAdamConfig) { c.Eps = -1 },
+	}
+	for i, f := range badZO {
+		c := DefaultZeroOneAdamConfig()
+		f(&c)
+		if c.Validate() == nil {
+			t.Errorf("0/1 Adam case %d accepted: %+v", i, c)
+		}
+	}
+	badLamb := []func(*OneBitLambConfig){
+		func(c *OneBitLambConfig) { c.FreezeStep = -1 },
+		func(c *OneBitLambConfig) { c.Betas[0] = 0 },
+		func(c *OneBitLambConfig) { c.LR = math.NaN() },
+	}
+	for i, f := range badLamb {
+		c := DefaultOneBitLambConfig()
+		f(&c)
+		if c.Validate() == nil {
+			t.Errorf("1-bit Lamb case %d accepted: %+v", i, c)
+		}
+	}
+}
