@@ -102,17 +102,17 @@ func (z *Compressor) AllReduce(ctx context.Context, x []float32, ef *ErrorFeedba
 	w := CompressedWords(N, n)
 
 	// Worker: error feedback, scale, error, packed signs per chunk.
+	var sq float64
 	for i, e := range ef.Worker {
-		x[i] += e
+		v := x[i] + e
+		x[i] = v
+		sq += float64(v) * float64(v)
 	}
-	s := compressScale(x)
-	for i, v := range x {
-		ef.Worker[i] = v - s*sign(v)
-	}
+	s := scaleOf(sq, N)
 	z.send = grow(z.send, n*w)
 	for j := range n {
 		a, b := CompressedChunk(N, n, j)
-		packSlot(z.send[j*w:(j+1)*w], x[a:b], s)
+		packErr(z.send[j*w:(j+1)*w], x[a:b], ef.Worker[a:b], s)
 	}
 
 	// Phase 1: rank j receives every rank's slot j.
@@ -140,27 +140,21 @@ func (z *Compressor) AllReduce(ctx context.Context, x []float32, ef *ErrorFeedba
 	for r := range n {
 		slot := z.recv[r*w : (r+1)*w]
 		sr := slotScale(slot) * inv
-		for i := range y {
-			v := sr
-			if slot[i/16]&(1<<(i%16)) == 0 {
-				v = -sr
-			}
-			if r == 0 {
-				y[i] = v
-			} else {
-				y[i] += v
-			}
+		if r == 0 {
+			unpackScaled(y, slot, sr)
+		} else {
+			addUnpackScaled(y, slot, sr)
 		}
 	}
+	sq = 0
 	for i, f := range ef.Server {
-		y[i] += f
+		v := y[i] + f
+		y[i] = v
+		sq += float64(v) * float64(v)
 	}
-	t := compressScale(y)
-	for i, v := range y {
-		ef.Server[i] = v - t*sign(v)
-	}
+	t := scaleOf(sq, m)
 	z.gsend = grow(z.gsend, w)
-	packSlot(z.gsend, y, t)
+	packErr(z.gsend, y, ef.Server, t)
 
 	// Phase 2: every rank receives every chunk's signs and scale.
 	z.grecv = grow(z.grecv, n*w)
@@ -170,39 +164,77 @@ func (z *Compressor) AllReduce(ctx context.Context, x []float32, ef *ErrorFeedba
 	for j := range n {
 		a, b := CompressedChunk(N, n, j)
 		slot := z.grecv[j*w : (j+1)*w]
-		tj := slotScale(slot)
-		for i := range x[a:b] {
-			if slot[i/16]&(1<<(i%16)) != 0 {
-				x[a+i] = tj
-			} else {
-				x[a+i] = -tj
-			}
-		}
+		unpackScaled(x[a:b], slot, slotScale(slot))
 	}
 	return nil
 }
 
-// sign is DeepSpeed's v.sign().add_(1).bool().float().add_(-0.5).mul_(2.0):
-// −1 for v < 0, +1 otherwise (0, −0 and NaN included).
-func sign(v float32) float32 {
-	if v < 0 {
-		return -1
-	}
-	return 1
-}
-
-// compressScale is f32(‖x‖₂)/f32(√len(x)), 0 for an empty x: DeepSpeed's
-// torch.linalg.norm(x) / np.sqrt(x.numel()), the norm summed in float64.
-func compressScale(x []float32) float32 {
-	if len(x) == 0 {
+// scaleOf is f32(√sq)/f32(√n), 0 for n = 0: DeepSpeed's
+// torch.linalg.norm(x) / np.sqrt(x.numel()) with sq = Σx² summed in float64.
+func scaleOf(sq float64, n int) float32 {
+	if n == 0 {
 		return 0
 	}
-	var sq float64
-	for _, v := range x {
-		sq += float64(v) * float64(v)
-	}
-	return float32(math.Sqrt(sq)) / float32(math.Sqrt(float64(len(x))))
+	return float32(math.Sqrt(sq)) / float32(math.Sqrt(float64(n)))
 }
+
+// packErr is packSlot of x and s, and writes the compression error
+// e = x − s·σ(x) (float32), 16 elements a word.
+func packErr(slot []uint16, x, e []float32, s float32) {
+	nw := len(slot) - 2
+	clear(slot[:nw])
+	e = e[:len(x)]
+	for k := 0; k*16 < len(x); k++ {
+		lo := k * 16
+		blk, eb := x[lo:min(lo+16, len(x))], e[lo:min(lo+16, len(x))]
+		var word uint16
+		for b, v := range blk {
+			if v < 0 {
+				eb[b] = v + s
+			} else {
+				eb[b] = v - s
+				word |= 1 << b
+			}
+		}
+		slot[k] = word
+	}
+	bits := math.Float32bits(s)
+	slot[nw], slot[nw+1] = uint16(bits), uint16(bits>>16)
+}
+
+// unpackScaled writes ±s into dst from the signs of slot.
+func unpackScaled(dst []float32, slot []uint16, s float32) {
+	for k := 0; k*16 < len(dst); k++ {
+		lo := k * 16
+		word := slot[k]
+		for b := range dst[lo:min(lo+16, len(dst))] {
+			if word&(1<<b) != 0 {
+				dst[lo+b] = s
+			} else {
+				dst[lo+b] = -s
+			}
+		}
+	}
+}
+
+// addUnpackScaled adds ±s to dst from the signs of slot.
+func addUnpackScaled(dst []float32, slot []uint16, s float32) {
+	for k := 0; k*16 < len(dst); k++ {
+		lo := k * 16
+		word := slot[k]
+		for b := range dst[lo:min(lo+16, len(dst))] {
+			if word&(1<<b) != 0 {
+				dst[lo+b] += s
+			} else {
+				dst[lo+b] -= s
+			}
+		}
+	}
+}
+
+// The sign σ(v) is DeepSpeed's v.sign().add_(1).bool().float().add_(-0.5).mul_(2.0):
+// −1 for v < 0, +1 otherwise (0, −0 and NaN included), which is the bit
+// !(v < 0) on the wire.
 
 // packSlot writes the signs of x (bit i%16 of word i/16, 1 for +1) and the
 // bits of scale s (low word first) into slot; unused bits are 0.
