@@ -2,7 +2,10 @@ package inproc
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -82,5 +85,60 @@ func TestCompressedTraffic(t *testing.T) {
 	})
 	if err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestCompressedAllReduceFailure: a rank that fails in the first phase's
+// all_to_all, or one that never arrives at the second phase's all_gather,
+// fails the compressed all-reduce on every rank with an error naming the
+// phase, the collective and the rank at fault, within the timeout.
+func TestCompressedAllReduceFailure(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		kind  comm.Kind
+		fault Fault
+		want  []string
+	}{
+		{"phase 1 rank failed", comm.KindAllToAll, Fault{Err: errors.New("boom")}, []string{"phase 1", "all_to_all", "rank 2"}},
+		{"phase 2 rank absent", comm.KindAllGather, Fault{Delay: time.Hour}, []string{"phase 2", "all_gather", "rank 2"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			inject := func(s Site) Fault {
+				if s.WorldRank == 2 && s.Kind == tc.kind {
+					return tc.fault
+				}
+				return Fault{}
+			}
+			var mu sync.Mutex
+			errs := map[int]error{}
+			start := time.Now()
+			_ = New(3, Options{Timeout: 300 * time.Millisecond, Inject: inject}).Run(func(c comm.Comm) error {
+				x := make([]float32, 100)
+				ef := comm.NewErrorFeedback(len(x), c.Size(), c.Rank())
+				err := comm.NewCompressor(c).AllReduce(context.Background(), x, &ef)
+				mu.Lock()
+				errs[c.Rank()] = err
+				mu.Unlock()
+				return err
+			})
+			if el := time.Since(start); el > 20*time.Second {
+				t.Errorf("took %v", el)
+			}
+			for r := range 3 {
+				err := errs[r]
+				if err == nil {
+					if tc.fault.Delay > 0 && r == 2 {
+						continue // the absent rank itself may not have got there
+					}
+					t.Errorf("rank %d: no error", r)
+					continue
+				}
+				for _, w := range tc.want {
+					if r != 2 && !strings.Contains(err.Error(), w) {
+						t.Errorf("rank %d: %v, want it to name %q", r, err, w)
+					}
+				}
+			}
+		})
 	}
 }
