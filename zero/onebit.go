@@ -28,11 +28,33 @@ func newOneBitOptimizer(plan dsconfig.Plan, ctx context.Context, c comm.Comm, la
 	for i, s := range layout.Specs {
 		segs[i] = optim.Segment{Param: i, Start: s.Offset, Len: s.Numel}
 	}
-	if plan.Precision.DType == "fp16" {
+	fp16 := plan.Precision.DType == "fp16"
+	if fp16 {
 		// FP16_Optimizer hands it one flat fp32 master: one tensor,
 		// compressed (and padded) as a whole.
 		segs = []optim.Segment{{Param: 0, Start: 0, Len: n}}
 	}
+	opt, err := newOneBit(plan, ctx, c, segs, n, a)
+	if err != nil || !fp16 {
+		return opt, err
+	}
+	// FP16_Optimizer's constructor steps the optimizer once on zero
+	// gradients (initialize_optimizer_states): the 1-bit optimizers'
+	// initialization pass happens then, not at the first training step.
+	init, ok := opt.(interface{ Initialize() error })
+	if !ok {
+		opt.Free()
+		return nil, fmt.Errorf("optimizer %s under fp16 is not implemented by dszero", o.Impl)
+	}
+	if err := init.Initialize(); err != nil {
+		opt.Free()
+		return nil, fmt.Errorf("optimizer %s: FP16_Optimizer's initial step: %w", o.Impl, err)
+	}
+	return opt, nil
+}
+
+func newOneBit(plan dsconfig.Plan, ctx context.Context, c comm.Comm, segs []optim.Segment, n int, a optim.Alloc) (optim.Optimizer, error) {
+	o := plan.Optimizer
 	if o.Impl == "OnebitLamb" {
 		b := o.OneBit
 		cfg := optim.OneBitLambConfig{LR: o.LR, Betas: o.Betas, Eps: o.Eps, WeightDecay: o.WeightDecay, FreezeStep: b.FreezeStep,

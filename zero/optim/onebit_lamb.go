@@ -177,6 +177,24 @@ func norm32(x []float32) float32 {
 	return float32(math.Sqrt(s))
 }
 
+// Initialize is the initialization pass (see OneBitAdam.Initialize): the
+// zero flat momentum through the compressed all-reduce, nothing updated.
+// A collective; a no-op after the first call.
+func (o *OneBitLamb) Initialize() error {
+	if o.initialized {
+		return nil
+	}
+	o.steps++
+	if o.x.c.Size() > 1 {
+		if err := o.x.run(0, o.flat, o.steps); err != nil {
+			return err
+		}
+	}
+	o.x.reset()
+	o.initialized, o.frozen = true, false
+	return nil
+}
+
 // StepExchange implements Exchanging: one OnebitLamb.step.
 func (o *OneBitLamb) StepExchange(params, grads []float32) error {
 	checkLens(o.n, params, grads)
@@ -185,17 +203,10 @@ func (o *OneBitLamb) StepExchange(params, grads []float32) error {
 	b1, b2 := float32(o.cfg.Betas[0]), float32(o.cfg.Betas[1])
 	c1, c2 := float32(1-o.cfg.Betas[0]), float32(1-o.cfg.Betas[1])
 	eps, wd := float32(o.cfg.Eps), float32(o.cfg.WeightDecay)
-	o.steps++
 	if !o.initialized {
-		if multi {
-			if err := o.x.run(0, o.flat, o.steps); err != nil {
-				return err
-			}
-		}
-		o.x.reset()
-		o.initialized, o.frozen = true, false
-		return nil
+		return o.Initialize()
 	}
+	o.steps++
 	if !o.frozen {
 		for i, s := range o.segs {
 			lo, hi := s.Start, s.Start+s.Len

@@ -238,22 +238,11 @@ func (o *OneBitAdam) Err() error { return o.errStep }
 // StepExchange implements Exchanging: one OnebitAdam.step.
 func (o *OneBitAdam) StepExchange(params, grads []float32) error {
 	checkLens(o.n, params, grads)
+	if !o.initialized {
+		return o.Initialize()
+	}
 	o.steps++
 	m, v := o.st.get("exp_avg"), o.st.get("exp_avg_sq")
-	if !o.initialized {
-		// The initialization pass: the zero momentum through the
-		// compressed all-reduce, nothing updated.
-		if o.x.c.Size() > 1 {
-			for i, s := range o.segs {
-				if err := o.x.run(i, m[s.Start:s.Start+s.Len], o.steps); err != nil {
-					return err
-				}
-			}
-		}
-		o.x.reset() // zero: the pass left them so (DeepSpeed pops them)
-		o.initialized, o.frozen = true, false
-		return nil
-	}
 	b1, b2 := float32(o.cfg.Betas[0]), float32(o.cfg.Betas[1])
 	c1, c2 := float32(1-o.cfg.Betas[0]), float32(1-o.cfg.Betas[1])
 	for i, s := range o.segs {
@@ -276,6 +265,31 @@ func (o *OneBitAdam) StepExchange(params, grads []float32) error {
 	if !o.frozen && o.steps >= o.cfg.FreezeStep {
 		o.frozen, o.local = true, true
 	}
+	return nil
+}
+
+// Initialize is DeepSpeed's initialization pass, the first call of
+// OnebitAdam.step: the step count rises, the zero momentum goes through
+// the compressed all-reduce (world > 1; it stays zero), nothing is
+// updated. The first Step runs it; FP16_Optimizer runs it when it is built
+// (initialize_optimizer_states steps the optimizer once on zero
+// gradients), and so does dszero's fp16 engine. It is a collective; after
+// the first call it does nothing.
+func (o *OneBitAdam) Initialize() error {
+	if o.initialized {
+		return nil
+	}
+	o.steps++
+	m := o.st.get("exp_avg")
+	if o.x.c.Size() > 1 {
+		for i, s := range o.segs {
+			if err := o.x.run(i, m[s.Start:s.Start+s.Len], o.steps); err != nil {
+				return err
+			}
+		}
+	}
+	o.x.reset() // zero: the pass left them so (DeepSpeed pops them)
+	o.initialized, o.frozen = true, false
 	return nil
 }
 

@@ -169,25 +169,37 @@ func (o *ZeroOneAdam) Step(params, grads []float32) { o.errStep = o.StepExchange
 // Err is the error of the last Step.
 func (o *ZeroOneAdam) Err() error { return o.errStep }
 
+// Initialize is the initialization pass (see OneBitAdam.Initialize): the
+// zero momentum accumulator through the compressed all-reduce, the
+// intervals at their start, nothing updated. A collective; a no-op after
+// the first call.
+func (o *ZeroOneAdam) Initialize() error {
+	if o.initialized {
+		return nil
+	}
+	o.steps++
+	if o.x.c.Size() > 1 {
+		for i, s := range o.segs {
+			if err := o.x.run(i, o.acc[s.Start:s.Start+s.Len], o.steps); err != nil {
+				return err
+			}
+		}
+	}
+	o.x.reset()
+	o.resetCounters()
+	clear(o.acc)
+	o.initialized, o.frozen = true, false
+	return nil
+}
+
 // StepExchange implements Exchanging: one ZeroOneAdam.step.
 func (o *ZeroOneAdam) StepExchange(params, grads []float32) error {
 	checkLens(o.n, params, grads)
+	if !o.initialized {
+		return o.Initialize()
+	}
 	o.steps++
 	multi := o.x.c.Size() > 1
-	if !o.initialized {
-		if multi {
-			for i, s := range o.segs {
-				if err := o.x.run(i, o.acc[s.Start:s.Start+s.Len], o.steps); err != nil {
-					return err
-				}
-			}
-		}
-		o.x.reset()
-		o.resetCounters()
-		clear(o.acc)
-		o.initialized, o.frozen = true, false
-		return nil
-	}
 	m, v := o.st.get("exp_avg"), o.st.get("exp_avg_sq")
 	b1, b2 := float32(o.cfg.Betas[0]), float32(o.cfg.Betas[1])
 	c1, c2 := float32(1-o.cfg.Betas[0]), float32(1-o.cfg.Betas[1])
