@@ -67,6 +67,10 @@ func (c *compiler) readOneBit(tf *field, pb *block, name string) {
 		b.FactorMax = pb.get("factor_max").Float(4)
 		b.FactorMin = pb.get("factor_min").Float(0.5)
 		b.FactorThreshold = pb.get("factor_threshold").Float(0.1)
+		if c.plan.Precision.LossScale != 0 {
+			c.s.errorf(c.at("fp16.loss_scale"), "fp16.loss_scale", "set fp16.loss_scale to 0 (dynamic)",
+				"DeepSpeed's onebitlamb optimizer requires dynamic loss scaling")
+		}
 		if c.plan.Precision.DType == "fp16" {
 			c.s.unsupportedf(c.at("fp16"), "fp16", "train 1-bit Lamb in fp32 with dszero",
 				"1-bit Lamb under fp16 (DeepSpeed wraps it in FP16_UnfusedOptimizer, per-parameter fp32 copies) is not run by dszero")
