@@ -9,7 +9,7 @@ import (
 // TestOneBitDeepSpeedCases runs the cases of testdata/deepspeed_onebit —
 // real DeepSpeed 0.14.5 runs of its 1-bit optimizers, made by
 // conformance/reference/gen_case.py (DeepSpeed's engine, its OnebitAdam /
-// ZeroOneAdam classes, FP16_Optimizer in fp16; only NcclBackend's
+// ZeroOneAdam / OnebitLamb classes, FP16_Optimizer in fp16; only NcclBackend's
 // compressed_allreduce is a port, onebit_backend.py, because cupy needs
 // CUDA) — through the conformance runner, and holds the losses, every
 // rank's micro-step losses, the lr and the final weights to the runner's
