@@ -236,6 +236,8 @@ type Optimizer struct {
 	LRDecay               float64 // Adagrad
 	InitialAccumulatorVal float64
 
+	OneBit OneBit // OneBitAdam, ZeroOneAdam, OneBitLamb
+
 	LegacyFusion bool
 	Params       map[string]any // every param as written (after HF filling), for optimizers dszero does not type
 }

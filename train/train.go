@@ -220,6 +220,9 @@ type Breakdown struct {
 	ReduceWaitMS float64 `json:"reduce_scatter_wait_ms"`
 	Gathers      int     `json:"gathers"`
 	Prefetched   int     `json:"prefetched"`
+	// SentBytes is what rank 0 sent on its world communicator during the
+	// step, in comm's nominal bytes, by collective kind.
+	SentBytes map[string]int64 `json:"sent_bytes,omitempty"`
 }
 
 // waiter is a strategy that reports its waits for collectives (stage 3).
@@ -429,6 +432,7 @@ func (r *rank) run(onStep func(Record) error) ([]float32, error) {
 			m.OverwriteGrads() // the strategy left last step's gradients in place
 		}
 		var bd Breakdown
+		sent0 := c.Traffic()
 		for micro := 0; micro < gas; micro++ {
 			batch.B = B
 			if err := cfg.Batches.Batch(s, micro, c.Rank(), &batch); err != nil {
@@ -478,6 +482,7 @@ func (r *rank) run(onStep func(Record) error) ([]float32, error) {
 			return nil, err
 		}
 		bd.StepMS = ms(time.Since(t3))
+		bd.SentBytes = c.Traffic().SentSince(sent0)
 		if err := kn.afterStep(int64(s+1), &bd, world); err != nil {
 			return nil, err
 		}

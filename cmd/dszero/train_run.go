@@ -159,6 +159,9 @@ func (j *trainJob) stepLine(r train.Record, el time.Duration, ran int) {
 				b.GatherWaitMS, b.ReduceWaitMS, b.Gathers, b.Prefetched)
 		}
 		fmt.Fprintln(stdout)
+		if len(b.SentBytes) > 0 {
+			fmt.Fprintf(stdout, "      sent (rank 0) | %s\n", formatSent(b.SentBytes))
+		}
 	}
 }
 

@@ -49,6 +49,7 @@ func chunk(n, size, r int) (lo, hi int) { return n * r / size, n * (r + 1) / siz
 //     out (which may be its own chunk r of in).
 //   - all_gather: rank r copies every rank's in into its out, skipping its
 //     own chunk when it is in place.
+//   - all_to_all: rank r copies chunk r of every rank's in into its out.
 //   - broadcast: every rank but the root copies the root's buffer.
 func (c *rankComm) move(rd *round, x *call) {
 	n := c.g.size()
@@ -75,6 +76,11 @@ func (c *rankComm) move(rd *round, x *call) {
 			if dst := x.Out.Slice(k*m, (k+1)*m); !comm.Same(dst, o.In) {
 				comm.Copy(dst, o.In)
 			}
+		}
+	case comm.KindAllToAll:
+		m := x.Out.Len() / n
+		for k, o := range rd.calls {
+			comm.Copy(x.Out.Slice(k*m, (k+1)*m), o.In.Slice(c.rank*m, (c.rank+1)*m))
 		}
 	case comm.KindBroadcast:
 		if c.rank != x.Root {
