@@ -19,11 +19,6 @@ const corpusDir = "../../dsconfig/testdata/ds_configs"
 // DeepSpeed refuses only for an "auto" that HF's Trainer fills must train
 // in HF mode.
 var stillRefused = map[string]struct{ path, why string }{
-	// 1-bit optimizers: compressed communication with error feedback,
-	// their own issue.
-	"deepspeedai__DeepSpeedExamples__training__BingBertSquad__1-bit_adam__nccl__deepspeed_onebitadam_bsz96_config.json":         {"optimizer.type", "OnebitAdam"},
-	"deepspeedai__DeepSpeedExamples__training__bing_bert__01_adam__nccl__deepspeed_bsz4k_01adam_config_seq128_nccl.json":        {"optimizer.type", "ZeroOneAdam"},
-	"deepspeedai__DeepSpeedExamples__training__bing_bert__1-bit_adam__nccl__deepspeed_bsz4k_onebitadam_config_seq128_nccl.json": {"optimizer.type", "OnebitAdam"},
 	// ZenFlow's split device/CPU update changes the numerics.
 	"deepspeedai__DeepSpeedExamples__training__DeepSpeed-ZenFlow__finetuning__zf_config.json": {"zero_optimization.zenflow", "ZenFlow"},
 	// May stay refused (issue 21): sparse attention, eigenvalue, MoQ.
