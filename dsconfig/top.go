@@ -88,10 +88,7 @@ func (c *compiler) readTop(top *block) {
 		}
 	}
 	sp := top.get("sequence_parallel_size")
-	p.SequenceParallelSize = sp.Int(1, 1)
-	if p.SequenceParallelSize > 1 {
-		c.s.unsupportedf(sp.v, sp.path, "remove it", "Ulysses sequence parallelism (sequence_parallel_size %d) is not supported by dszero", p.SequenceParallelSize)
-	}
+	p.SequenceParallelSize = sp.Int(1, 1) // Ulysses: groups of consecutive ranks (package train)
 
 	c.readOptimizer(top)
 	c.readScheduler(top)

@@ -258,6 +258,9 @@ func Run(cfg Config, onStep func(Record) error) ([]float32, error) {
 	if _, err := zero.CheckPlan(p); err != nil {
 		return nil, err
 	}
+	if err := checkSeqParallel(&cfg); err != nil {
+		return nil, err
+	}
 	if cfg.Workers == 0 {
 		cfg.Workers = max(1, runtime.GOMAXPROCS(0)/local)
 	}
@@ -364,8 +367,12 @@ func (r *rank) run(onStep func(Record) error) ([]float32, error) {
 	if cfg.Hooks != nil {
 		hooks = cfg.Hooks(c.Rank(), eng)
 	}
+	sp, err := newSeqPar(ctx, c, p)
+	if err != nil {
+		return nil, err
+	}
 	m, err := cfg.Model.Build(model.BuildOptions{Gemm: r.dev.Gemm, Acct: r.dev.Acct, Hooks: hooks, Checkpoint: cfg.Checkpoint,
-		CPUCheckpoint: cfg.CPUCheckpoint, Round: eng.Round(), Workers: cfg.Workers})
+		CPUCheckpoint: cfg.CPUCheckpoint, Round: eng.Round(), Workers: cfg.Workers, SeqParallel: sp.group})
 	if err != nil {
 		return nil, err
 	}
@@ -417,7 +424,7 @@ func (r *rank) run(onStep func(Record) error) ([]float32, error) {
 		var bd Breakdown
 		for micro := 0; micro < gas; micro++ {
 			batch.B = B
-			if err := cfg.Batches.Batch(s, micro, c.Rank(), &batch); err != nil {
+			if err := sp.batch(cfg.Batches, s, micro, &batch); err != nil {
 				return nil, fmt.Errorf("step %d, micro-step %d: reading the data: %w", s+1, micro, err)
 			}
 			t0 := time.Now()
@@ -439,6 +446,8 @@ func (r *rank) run(onStep func(Record) error) ([]float32, error) {
 				// over micro-steps and ranks: undo the engine's 1/GAS and
 				// its average over the ranks.
 				scale *= float32(gas * world)
+			} else {
+				scale *= sp.gradFactor() // seqpar.go
 			}
 			if err := m.Backward(scale); err != nil {
 				return nil, fmt.Errorf("step %d, micro-step %d: %w", s+1, micro, err)
@@ -462,7 +471,7 @@ func (r *rank) run(onStep func(Record) error) ([]float32, error) {
 		if c.Rank() == 0 {
 			dt := time.Since(start).Seconds()
 			rec := Record{Step: ss.Step, Loss: st.loss(), LR: ss.LR, LossScale: ss.LossScale, GradNorm: ss.GradNorm,
-				Skipped: ss.Skipped, StepTimeS: dt, TokensPerS: float64(B*T*gas*world) / dt}
+				Skipped: ss.Skipped, StepTimeS: dt, TokensPerS: float64(B*T*gas*world/sp.size) / dt}
 			rec.Peak, rec.PeakMax = st.peaks()
 			rec.Micro = st.micro()
 			rec.PeakHost = r.dev.Acct.Snapshot().PeakTotal[mem.PinnedHost]
