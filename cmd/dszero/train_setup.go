@@ -182,7 +182,7 @@ func (j *trainJob) loadData() error {
 	}
 	j.B, j.gas = int(j.plan.Batch.TrainMicroBatchSizePerGPU), int(j.plan.Batch.GradientAccumulationSteps)
 	var err error
-	j.loader, err = data.NewLoader(j.corpus, data.Layout{B: j.B, T: j.T, GAS: j.gas, World: j.nproc})
+	j.loader, err = data.NewLoader(j.corpus, data.Layout{B: j.B, T: j.T, GAS: j.gas, World: int(j.plan.DataParallelSize())}) // Ulysses: a shard per sequence-parallel group
 	return err
 }
 
