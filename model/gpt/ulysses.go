@@ -269,3 +269,13 @@ func (m *Model) spSum(x float32, what string) (float32, error) {
 	}
 	return u.small[0], nil
 }
+
+// attElems is the size of each block's attention probabilities (and of
+// their gradient) in the plain activation sets: B·NH·T², or none under
+// sequence parallelism, whose attention keeps its own (ensure).
+func (m *Model) attElems(B, T int) int {
+	if m.sp != nil {
+		return 0
+	}
+	return B * m.cfg.Heads * T * T
+}
