@@ -5,9 +5,13 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/dszero/dszero/blas"
+	"github.com/dszero/dszero/data"
 	"github.com/dszero/dszero/dsconfig"
 	"github.com/dszero/dszero/internal/fdiff"
 	"github.com/dszero/dszero/mem"
+	"github.com/dszero/dszero/model/llama"
+	"github.com/dszero/dszero/model/mlp"
 	"github.com/dszero/dszero/zero/lrsched"
 )
 
@@ -98,5 +102,72 @@ func TestSeqParallelRefusals(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("world %d, sp %d: %v, want an error with %q", tc.world, tc.sp, err, tc.want)
 		}
+	}
+	// A model without sequence parallelism is refused, not run whole.
+	plan, err := dsconfig.Load(withSP(harnessJSON(0, 2, 2, 20000, false), 2), dsconfig.Options{WorldSize: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = Run(Config{Plan: plan, Model: mlp.Config{Sizes: []int{4, 8, 2}}, Seed: 1, Steps: 1, SeqLen: 1,
+		Devices: []Device{{Acct: mem.NewAccountant(0), Gemm: g.gemm}, {Acct: mem.NewAccountant(1), Gemm: g.gemm}}}, nil)
+	if want := "does not support Ulysses sequence parallelism"; err == nil || !strings.Contains(err.Error(), want) {
+		t.Errorf("the MLP with sequence_parallel_size 2: %v, want %q", err, want)
+	}
+}
+
+// TestSeqParallelLlama: Ulysses on tiny-llama (4 heads, 2 kv heads,
+// T = 32) — kv heads split over 2 ranks, replicated over 4, and 2 × 2 —
+// trains like one rank taking the same global batch at stages 0 and 3:
+// losses within 1e-6 relative, final weights within 1e-6 (‖Δ‖/‖w‖).
+func TestSeqParallelLlama(t *testing.T) {
+	gemm, err := blas.New(blas.Options{Backend: blas.Gonum})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mc, err := llama.Preset("tiny-llama")
+	if err != nil {
+		t.Fatal(err)
+	}
+	corpus := data.TinyShakespeare()
+	const steps, T = 3, 32
+	run := func(stage, world, sp int) ([]Record, []float32) {
+		t.Helper()
+		dp := world / sp
+		js := harnessJSON(stage, 2, 2, 20000, false)
+		if world == 1 {
+			js = harnessJSON(stage, 2, 2*sp, 20000, false) // sp here: the data-parallel shards to stand for
+			dp, sp = 1, 1
+		}
+		plan, err := dsconfig.Load(withSP(js, sp), dsconfig.Options{WorldSize: world})
+		if err != nil {
+			t.Fatal(err)
+		}
+		loader, err := data.NewLoader(corpus, data.Layout{B: 2, T: T, GAS: int(plan.Batch.GradientAccumulationSteps), World: dp})
+		if err != nil {
+			t.Fatal(err)
+		}
+		devs := make([]Device, world)
+		for r := range devs {
+			devs[r] = Device{Acct: mem.NewAccountant(r), Gemm: gemm}
+		}
+		var recs []Record
+		final, err := Run(Config{Plan: plan, Model: mc, Seed: 7, Batches: Tokens(loader, T), SeqLen: T, Steps: steps,
+			ReturnParams: true, Devices: devs, Workers: 1}, func(r Record) error { recs = append(recs, r); return nil })
+		if err != nil {
+			t.Fatal(err)
+		}
+		return recs, final
+	}
+	for _, tc := range []struct{ world, sp, stage int }{{2, 2, 0}, {2, 2, 3}, {4, 4, 0}, {4, 2, 0}, {4, 2, 3}} {
+		t.Run(fmt.Sprintf("world%d/sp%d/stage%d", tc.world, tc.sp, tc.stage), func(t *testing.T) {
+			base, bw := run(tc.stage, 1, tc.world/tc.sp)
+			recs, w := run(tc.stage, tc.world, tc.sp)
+			lrel := maxRel(recs, base)
+			wabs, wrel := fdiff.Weights(w, bw)
+			t.Logf("losses max rel Δ %.2e; weights max |Δ| %.2e, ‖Δ‖/‖w‖ %.2e", lrel, wabs, wrel)
+			if lrel > 1e-6 || wrel > 1e-6 {
+				t.Errorf("differs from one rank: losses %.2e, weights %.2e relative", lrel, wrel)
+			}
+		})
 	}
 }
