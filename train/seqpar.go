@@ -54,7 +54,7 @@ func checkSeqParallel(cfg *Config) error {
 		return fmt.Errorf("sequence_parallel_size %d: the model %T does not support Ulysses sequence parallelism (the GPT does): set sequence_parallel_size to 1", sp, cfg.Model)
 	}
 	if err := m.CheckSeqParallel(sp, cfg.SeqLen); err != nil {
-		return fmt.Errorf("sequence_parallel_size: %w", err)
+		return err // it names sequence_parallel_size and the fix
 	}
 	return nil
 }
