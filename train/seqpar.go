@@ -23,7 +23,13 @@ import (
 //   - ZeRO partitions, reduces and gathers over all W ranks: DeepSpeed's
 //     sequence-data-parallel group (_get_sequence_data_parallel_group,
 //     the engine's seq_data_parallel_group, which its ZeRO optimizers
-//     take as dp_process_group). DeepSpeed's reduction divides that
+//     take as dp_process_group) as an mpu that has one defines it
+//     (Megatron-DeepSpeed; ALST's groups for the HF integration): every
+//     rank of the data and the sequence dimensions. (Without an mpu,
+//     DeepSpeed falls back to its data-parallel group, or with a
+//     (data_parallel, sequence_parallel) device mesh to the mesh's
+//     data_parallel dimension; that layout is not what is implemented
+//     here.) DeepSpeed's reduction divides that
 //     group's gradient sum by W/sp (stage_1_and_2's
 //     dp_world_size / sequence_parallel_size), not by W: the members'
 //     gradients are shares of one sample's and are summed. The engine
