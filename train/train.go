@@ -11,7 +11,9 @@
 // comm/mpi under mpirun); both run the same per-rank loop. Rank r reads
 // micro-batch mb = micro·N + r of every step (Batches), so the global
 // batch is micro × GAS × N and the result does not depend on how it is
-// split.
+// split. With sequence_parallel_size sp, consecutive groups of sp ranks
+// share each sample's tokens (DeepSpeed-Ulysses, seqpar.go): N/sp
+// data-parallel shards, ZeRO still over all N ranks.
 //
 // Records. After each step every rank all-gathers its micro-step losses
 // and its peak memory, so that rank 0 can report the mean loss over ranks
