@@ -21,12 +21,12 @@ type blockExchanger interface {
 // the same dtype and length, in the same order as its other collectives;
 // in and out must not overlap. It waits for the result.
 //
-// Where c has a native AllToAll method it is used. Otherwise the exchange
-// is an all_gather of every rank's whole in into a scratch of Size()·len(in)
-// elements (allocated per call), from which each rank copies the blocks
-// meant for it: Size() times the traffic of a true all_to_all, the same
-// bits.
-func AllToAll(ctx context.Context, c Comm, out, in Buffer) error {
+// Where c has a native AllToAll method it is used and scratch is not.
+// Otherwise the exchange is an all_gather of every rank's whole in into
+// scratch, AllToAllScratch(c, in.Len()) elements of in's dtype (allocated
+// here when it is shorter), from which each rank copies the blocks meant
+// for it: Size() times the traffic of a true all_to_all, the same bits.
+func AllToAll(ctx context.Context, c Comm, out, in, scratch Buffer) error {
 	n := c.Size()
 	if out.DType() != in.DType() || out.Len() != in.Len() || in.Len()%n != 0 {
 		return fmt.Errorf("comm: all_to_all of %v into %v on %d ranks: want one dtype, one length, %d equal blocks", in, out, n, n)
@@ -37,12 +37,18 @@ func AllToAll(ctx context.Context, c Comm, out, in Buffer) error {
 	if x, ok := c.(blockExchanger); ok {
 		return x.AllToAll(ctx, out, in).Wait()
 	}
-	m := in.Len() / n
-	all := Buffer{dtype: in.dtype}
-	if in.dtype == device.F32 {
-		all.f32 = make([]float32, n*in.Len())
-	} else {
-		all.bits = make([]uint16, n*in.Len())
+	m, all := in.Len()/n, scratch
+	if all.Len() < n*in.Len() || all.DType() != in.DType() {
+		all = Buffer{dtype: in.dtype}
+		if in.dtype == device.F32 {
+			all.f32 = make([]float32, n*in.Len())
+		} else {
+			all.bits = make([]uint16, n*in.Len())
+		}
+	}
+	all = all.Slice(0, n*in.Len())
+	if Overlap(all, in) || Overlap(all, out) {
+		return fmt.Errorf("comm: all_to_all with its scratch overlapping in or out")
 	}
 	if err := c.AllGather(ctx, all, in).Wait(); err != nil {
 		return err
@@ -53,4 +59,13 @@ func AllToAll(ctx context.Context, c Comm, out, in Buffer) error {
 		Copy(out.Slice(j*m, (j+1)*m), src)
 	}
 	return nil
+}
+
+// AllToAllScratch is the scratch AllToAll needs on c for in of n
+// elements: none where c has a native all_to_all, else Size()·n.
+func AllToAllScratch(c Comm, n int) int {
+	if _, ok := c.(blockExchanger); ok {
+		return 0
+	}
+	return c.Size() * n
 }

@@ -23,8 +23,15 @@ func TestAllToAll(t *testing.T) {
 					in[j*m+i] = float32(1000*r + 100*j + i)
 				}
 			}
-			if err := comm.AllToAll(context.Background(), c, comm.F32(out), comm.F32(in)); err != nil {
-				return err
+			scratch := make([]float32, comm.AllToAllScratch(c, n*m))
+			for range 2 { // the second call reuses the scratch
+				clear(out)
+				if err := comm.AllToAll(context.Background(), c, comm.F32(out), comm.F32(in), comm.F32(scratch)); err != nil {
+					return err
+				}
+			}
+			if err := comm.AllToAll(context.Background(), c, comm.F32(out), comm.F32(in), comm.Buffer{}); err != nil {
+				return err // no scratch: allocated
 			}
 			want := make([]float32, n*m)
 			for j := range n {
@@ -48,10 +55,10 @@ func TestAllToAll(t *testing.T) {
 func TestAllToAllRefuses(t *testing.T) {
 	err := inproc.New(2, inproc.Options{}).Run(func(c comm.Comm) error {
 		buf := make([]float32, 6)
-		if err := comm.AllToAll(context.Background(), c, comm.F32(buf[:3]), comm.F32(buf[3:])); err == nil {
+		if err := comm.AllToAll(context.Background(), c, comm.F32(buf[:3]), comm.F32(buf[3:]), comm.Buffer{}); err == nil {
 			t.Error("3 elements on 2 ranks: no error")
 		}
-		if err := comm.AllToAll(context.Background(), c, comm.F32(buf[:4]), comm.F32(buf[2:])); err == nil {
+		if err := comm.AllToAll(context.Background(), c, comm.F32(buf[:4]), comm.F32(buf[2:]), comm.Buffer{}); err == nil {
 			t.Error("overlapping buffers: no error")
 		}
 		return nil

@@ -49,6 +49,7 @@ func ActivationsSP(c gpt.Config, B, T, sp int, checkpoint, cpuCheckpoint bool) [
 func seqParallelNote(c gpt.Config, B, T, sp int, checkpoint, cpu bool) string {
 	a, one := sum(ActivationsSP(c, B, T, sp, checkpoint, cpu)), sum(Activations(c, B, T, checkpoint, cpu))
 	got, base := a.Device+a.PinnedHost, one.Device+one.PinnedHost
-	return fmt.Sprintf("sequence_parallel_size %d (Ulysses): each rank holds %d of the %d tokens of its samples and attends with %d of the %d heads: activations %s per rank, %s with whole sequences (%.2f×, 1/sp = %.2f); ZeRO partitions over all %s",
-		sp, T/sp, T, c.WithDefaults().Heads/sp, c.WithDefaults().Heads, mem.FormatBytes(got), mem.FormatBytes(base), float64(got)/float64(base), 1/float64(sp), "ranks (DeepSpeed's sequence-data-parallel group)")
+	ex := int64(4 * sp * 3 * B * (T / sp) * c.WithDefaults().Dim) // sp × the send buffer, in bytes
+	return fmt.Sprintf("sequence_parallel_size %d (Ulysses): each rank holds %d of the %d tokens of its samples and attends with %d of the %d heads: activations %s per rank, %s with whole sequences (%.2f×, 1/sp = %.2f); ZeRO partitions over all ranks (DeepSpeed's sequence-data-parallel group); a backend without a native all_to_all adds an all_gather scratch of %s (comm)",
+		sp, T/sp, T, c.WithDefaults().Heads/sp, c.WithDefaults().Heads, mem.FormatBytes(got), mem.FormatBytes(base), float64(got)/float64(base), 1/float64(sp), mem.FormatBytes(ex))
 }

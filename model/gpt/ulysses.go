@@ -54,7 +54,10 @@ type ulysses struct {
 	tr    []float32   // (B, NH/SP, HS, T) transposes
 	send  []float32   // (B·Tl·3C) exchange buffers
 	recv  []float32
-	small []float32 // 2: the loss count and the loss share, all-reduced
+	// gather is the all_to_all's all_gather scratch where the
+	// communicator has no native all_to_all (mem.Comm).
+	gather []float32
+	small  []float32 // the loss count, then the loss share, all-reduced
 
 	err error // the first failed exchange of this pass
 }
@@ -146,10 +149,19 @@ func (u *ulysses) ensure(m *Model, B, Tl int) error {
 	}
 	u.y, u.dqkv, u.datt, u.tr = s.take(y), s.take(qkv), s.take(att), s.take(y)
 	u.send, u.recv = s.take(ex), s.take(ex)
+	if n := comm.AllToAllScratch(u.c, ex); n > 0 {
+		if u.gather, err = m.opt.Acct.F32(mem.Comm, mem.Device, n); err != nil {
+			u.free(m)
+			return fmt.Errorf("gpt: sequence-parallel all_to_all scratch for B=%d T=%d: %w", B, T, err)
+		}
+	}
 	return nil
 }
 
 func (u *ulysses) free(m *Model) {
+	if u.gather != nil {
+		m.opt.Acct.FreeF32(mem.Comm, mem.Device, u.gather)
+	}
 	if u.buf != nil {
 		m.opt.Acct.FreeF32(mem.Activations, mem.Device, u.buf)
 	}
@@ -162,7 +174,7 @@ func (u *ulysses) exchange(n int) {
 	if u.err != nil {
 		return
 	}
-	if err := comm.AllToAll(context.Background(), u.c, comm.F32(u.recv[:n]), comm.F32(u.send[:n])); err != nil {
+	if err := comm.AllToAll(context.Background(), u.c, comm.F32(u.recv[:n]), comm.F32(u.send[:n]), comm.F32(u.gather)); err != nil {
 		u.err = fmt.Errorf("gpt: sequence-parallel all_to_all (rank %d of %d): %w", u.rank, u.size, err)
 	}
 }

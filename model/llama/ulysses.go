@@ -50,6 +50,7 @@ type ulysses struct {
 	dk, dv     []float32   // (B, T, nKVl·D)
 	datt       []float32   // (B, nHl, T, T)
 	send, recv []float32
+	gather     []float32 // the all_to_all's all_gather scratch without a native one (mem.Comm)
 	pos        []float32 // (sp·B·Tl) all-gathered positions
 	mine       []float32 // (B·Tl) this rank's positions
 	blk        []int32   // (B·T) block starts over the whole rows
@@ -125,10 +126,19 @@ func (u *ulysses) ensure(m *Model, B, Tl int) error {
 	u.send, u.recv = take(ex), take(ex)
 	u.pos, u.mine = take(u.size*B*Tl), take(B*Tl)
 	u.blk, u.gpos = make([]int32, B*T), make([]int32, B*T)
+	if n := comm.AllToAllScratch(u.c, ex); n > 0 {
+		if u.gather, err = m.opt.Acct.F32(mem.Comm, mem.Device, n); err != nil {
+			u.free(m)
+			return fmt.Errorf("llama: sequence-parallel all_to_all scratch for B=%d T=%d: %w", B, T, err)
+		}
+	}
 	return nil
 }
 
 func (u *ulysses) free(m *Model) {
+	if u.gather != nil {
+		m.opt.Acct.FreeF32(mem.Comm, mem.Device, u.gather)
+	}
 	if u.buf != nil {
 		m.opt.Acct.FreeF32(mem.Activations, mem.Device, u.buf)
 		m.opt.Acct.Release(mem.Activations, mem.Device, int64(8*u.B*u.Tl*u.size))
@@ -140,7 +150,7 @@ func (u *ulysses) exchange(n int) {
 	if u.err != nil {
 		return
 	}
-	if err := comm.AllToAll(context.Background(), u.c, comm.F32(u.recv[:n]), comm.F32(u.send[:n])); err != nil {
+	if err := comm.AllToAll(context.Background(), u.c, comm.F32(u.recv[:n]), comm.F32(u.send[:n]), comm.F32(u.gather)); err != nil {
 		u.err = fmt.Errorf("llama: sequence-parallel all_to_all (rank %d of %d): %w", u.rank, u.size, err)
 	}
 }
