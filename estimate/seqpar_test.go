@@ -60,8 +60,9 @@ func TestActivationsMeasuredSP(t *testing.T) {
 					if d := cmp.Diff(want, got); d != "" {
 						t.Errorf("rank %d: (-estimate +measured)\n%s", c.Rank(), d)
 					}
-					// inproc has no native all_to_all: the all_gather scratch.
-					if got, want := s.PeakBytes(mem.Device, mem.Comm), int64(4*sp*3*B*(T/sp)*cfg.Dim); got != want {
+					// The all_gather scratch where the backend has no native
+					// all_to_all (sp × the send buffer), else nothing.
+					if got, want := s.PeakBytes(mem.Device, mem.Comm), int64(4*comm.AllToAllScratch(c, 3*B*(T/sp)*cfg.Dim)); got != want {
 						t.Errorf("rank %d: comm peak %d bytes, want the all_gather scratch's %d", c.Rank(), got, want)
 					}
 					return nil
