@@ -62,7 +62,7 @@ func spRun(t *testing.T, cfg Config, init []float32, bs [2]model.Batch, sp int, 
 		for k, full := range bs {
 			T := len(full.Tokens) / full.B
 			b := model.Batch{B: full.B, Tokens: cutRows(full.Tokens, full.B, T, sp, r), Targets: cutRows(full.Targets, full.B, T, sp, r),
-				Positions: cutRows(full.Positions, full.B, T, sp, r)}
+				Positions: cutRows(full.Positions, full.B, T, sp, r), LossDenom: full.LossDenom}
 			loss, err := m.Forward(b)
 			if err != nil {
 				return err
@@ -110,6 +110,7 @@ func TestUlyssesMatchesOneRank(t *testing.T) {
 		init := perturbedInit(cfg, 3)
 		rng := newRand(9)
 		bs := [2]model.Batch{randomBatch(rng, 2, 32, cfg.Vocab), packedBatch(rng, 32, cfg.Vocab, -1)}
+		bs[1].LossDenom = 77 // HF's num_items_in_batch
 		wantLoss, wantGrad := spRun(t, cfg, init, bs, 1, false)
 		for _, sp := range tc.sps {
 			for _, ck := range []bool{false, true} {
