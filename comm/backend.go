@@ -41,6 +41,8 @@ func (a Args) Check(backend string, rank, size int) {
 		checkChunked(backend, "ReduceScatter", rank, size, a.In, a.Out)
 	case KindAllGather:
 		checkChunked(backend, "AllGather", rank, size, a.Out, a.In)
+	case KindAllToAll:
+		checkAllToAll(backend, size, a.Out, a.In)
 	case KindBroadcast:
 		checkDType(backend, a.Out)
 		if a.Root < 0 || a.Root >= size {
@@ -74,11 +76,11 @@ func checkChunked(backend, name string, rank, n int, whole, part Buffer) {
 }
 
 // Payload is the b of NominalTraffic for a's kind: the input of
-// reduce_scatter, the output of all_reduce, all_gather and broadcast, and 0
+// reduce_scatter and all_to_all, the output of all_reduce, all_gather and broadcast, and 0
 // for barrier and split.
 func (a Args) Payload() int64 {
 	switch a.Kind {
-	case KindReduceScatter:
+	case KindReduceScatter, KindAllToAll:
 		return a.In.Bytes()
 	case KindAllReduce, KindAllGather, KindBroadcast:
 		return a.Out.Bytes()

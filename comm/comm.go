@@ -160,11 +160,12 @@ const (
 	KindBroadcast
 	KindBarrier
 	KindSplit
-	NumKinds // the number of kinds; not a kind
+	KindAllToAll // AllToAller's all_to_all (the compressed all-reduce's first phase)
+	NumKinds     // the number of kinds; not a kind
 )
 
 // The torch.distributed names.
-var kindNames = [...]string{"all_reduce", "reduce_scatter", "all_gather", "broadcast", "barrier", "split"}
+var kindNames = [...]string{"all_reduce", "reduce_scatter", "all_gather", "broadcast", "barrier", "split", "all_to_all"}
 
 func (k Kind) String() string {
 	if k < 0 || k >= NumKinds {

@@ -59,6 +59,13 @@
 //     that has failed stays failed; there is no recovery in place (as with
 //     NCCL's abort). The step is the caller's to name: package train wraps
 //     each error with it.
+//   - Compressed all-reduce (Compressor.AllReduce): DeepSpeed's
+//     1-bit exchange — signs packed 16 to a word and one float32 scale per
+//     rank and per chunk, worker and server error feedback, an all_to_all
+//     of the worker signs then an all_gather of the server's — ≈ 1/32 of an
+//     fp32 all-reduce's bytes. all_to_all (AllToAller) is a collective the
+//     in-process and MPI backends run; on another Comm the exchange falls
+//     back to an all_gather.
 //   - Traffic: what each rank moved, per communicator and per collective
 //     kind, in the nominal bytes of NominalTraffic, so reports do not depend
 //     on the backend.

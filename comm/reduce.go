@@ -30,7 +30,8 @@ const reduceBlock = 1024
 // So a 16-bit reduction adds in the buffers' dtype, as torch's backends do
 // for a 16-bit tensor: gloo's sum<c10::BFloat16> and NCCL's ring add two
 // 16-bit values in float32 and round the result at every hop (their order
-// of ranks is the ring's; here it is rank order). For two ranks that is
+// of ranks is the ring's; here it is the order of srcs: rank order, or
+// gloo's ring order where an all-reduce passes them through ReduceRing). For two ranks that is
 // one correctly rounded a+b, the same as adding in float32 and rounding
 // once. NaN results of a 16-bit reduction are package half's canonical
 // NaN. With one source, every dst becomes a copy of it, bit for bit, for

@@ -60,6 +60,7 @@ func (t Traffic) String() string {
 //	all_reduce      the buffer:    sent = received = 2·(n−1)·b/n
 //	reduce_scatter  the input:     sent = received = (n−1)·b/n
 //	all_gather      the output:    sent = received = (n−1)·b/n
+//	all_to_all      the input:     sent = received = (n−1)·b/n
 //	broadcast       the buffer:    root sends b; every other rank receives b
 //	barrier, split  0
 //
@@ -76,7 +77,7 @@ func NominalTraffic(k Kind, n, rank, root int, b int64) (sent, received int64) {
 	case KindAllReduce:
 		v := 2 * (m - 1) * b / m
 		return v, v
-	case KindReduceScatter, KindAllGather:
+	case KindReduceScatter, KindAllGather, KindAllToAll:
 		v := (m - 1) * b / m
 		return v, v
 	case KindBroadcast:
@@ -86,4 +87,20 @@ func NominalTraffic(k Kind, n, rank, root int, b int64) (sent, received int64) {
 		return 0, b
 	}
 	return 0, 0
+}
+
+// SentSince is the nominal bytes sent per collective kind between before
+// and t (a later snapshot of the same Comm), by the kind's torch name,
+// for the kinds that sent any.
+func (t Traffic) SentSince(before Traffic) map[string]int64 {
+	var m map[string]int64
+	for k := range t.ByKind {
+		if d := t.ByKind[k].Sent - before.ByKind[k].Sent; d != 0 {
+			if m == nil {
+				m = map[string]int64{}
+			}
+			m[Kind(k).String()] = d
+		}
+	}
+	return m
 }

@@ -11,6 +11,7 @@ import (
 
 	"github.com/dszero/dszero/model"
 	"github.com/dszero/dszero/model/gpt"
+	"github.com/dszero/dszero/model/llama"
 	"github.com/dszero/dszero/model/mlp"
 )
 
@@ -30,6 +31,8 @@ type ModelDesc struct {
 	Heads      int    `json:"heads"`
 	Activation string `json:"activation"`
 	Loss       string `json:"loss"`
+	// LlamaConfig is a Llama-family model's config.json ("arch": "llama").
+	LlamaConfig json.RawMessage `json:"llama_config"`
 }
 
 // unsupportedError marks what dszero does not run: the case is reported
@@ -74,6 +77,7 @@ type arch struct {
 	layout model.Layout
 	gpt    gpt.Config
 	mlp    mlp.Config
+	llama  llama.Config // model_llama.go
 	// Data: samples in order; the GPT's token rows (SeqLen+1 each), the
 	// MLP's inputs and targets.
 	samples int
@@ -102,6 +106,8 @@ func buildArch(c *Case, d ModelDesc) (*arch, error) {
 			kind = "gpt"
 		case len(d.Params) > 0 && mlpParam.MatchString(d.Params[0].Name):
 			kind = "mlp"
+		case shape["model.embed_tokens.weight"] != nil:
+			kind = "llama"
 		default:
 			first := "(none)"
 			if len(d.Params) > 0 {
@@ -175,6 +181,10 @@ func buildArch(c *Case, d ModelDesc) (*arch, error) {
 			return nil, unsupported("%v", err)
 		}
 		a.layout = a.mlp.Layout()
+	case "llama":
+		if err := a.buildLlama(c, d); err != nil {
+			return nil, err
+		}
 	default:
 		return nil, unsupported("model %q: architecture %q", c.ModelKey(), kind)
 	}
@@ -211,14 +221,14 @@ func (a *arch) loadData(c *Case, d ModelDesc) ([]float32, error) {
 		return t.Numel() / width, width, nil
 	}
 	switch a.name {
-	case "gpt":
+	case "gpt", "llama":
 		n, w, err := rows("tokens")
 		if err != nil {
 			return nil, err
 		}
 		a.samples, a.seqLen = n, w-1
-		if a.seqLen < 1 || a.seqLen > a.gpt.Context {
-			return nil, unsupported("gpt: samples of %d tokens for a context of %d", w, a.gpt.Context)
+		if ctx := a.builder().MaxSeq(); a.seqLen < 1 || a.seqLen > ctx {
+			return nil, unsupported("%s: samples of %d tokens for a context of %d", a.name, w, ctx)
 		}
 		a.tokens = make([]int64, n*w)
 		err = f.ReadInt64("tokens", a.tokens)

@@ -54,10 +54,7 @@ func (a *arch) train(plan dsconfig.Plan, steps int, v zero.Version, init []float
 	for r := range devs {
 		devs[r] = train.Device{Acct: mem.NewAccountant(r), Gemm: gemm}
 	}
-	var mb model.Builder = a.gpt
-	if a.name == "mlp" {
-		mb = a.mlp
-	}
+	mb := a.builder()
 	out := trained{From: from}
 	cfg := train.Config{Plan: plan, Model: mb, Init: init, Batches: caseBatches{a: a, gas: gas, world: world},
 		SeqLen: a.seqLen, Steps: steps, ReturnParams: true, Devices: devs, Workers: 1, Version: v, Timeout: time.Minute,
@@ -108,7 +105,7 @@ func (c caseBatches) Batch(step, micro, rank int, b *model.Batch) error {
 	a, B := c.a, b.B
 	first := step*B*c.gas*c.world + (micro*c.world+rank)*B
 	switch a.name {
-	case "gpt":
+	case "gpt", "llama":
 		T, w := a.seqLen, a.seqLen+1
 		if len(b.Tokens) != B*T {
 			b.Tokens, b.Targets = make([]int32, B*T), make([]int32, B*T)

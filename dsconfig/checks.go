@@ -15,10 +15,10 @@ func (c *compiler) crossChecks() {
 	if !hasOpt {
 		switch {
 		case z.Stage == 1 || z.Stage == 2:
-			c.s.errorf(c.at("zero_optimization"), "optimizer", `add an "optimizer" block (e.g. {"type": "AdamW", "params": {"lr": 1e-4}}), or pass HF training flags so dszero creates the Trainer's AdamW`,
+			c.s.errorf(c.at("zero_optimization"), "optimizer", c.noOptimizerFix(),
 				"zero stage %d requires an optimizer, and the config has none (DeepSpeed accepts it only from a client passing its own optimizer)", z.Stage)
 		default:
-			c.s.unsupportedf(nil, "optimizer", `add an "optimizer" block or pass HF training flags (--learning_rate ...)`,
+			c.s.unsupportedf(nil, "optimizer", c.noOptimizerFix(),
 				"no optimizer: DeepSpeed would build none (stage %d without an optimizer only partitions/serves parameters); dszero trains only with an optimizer", z.Stage)
 		}
 	}
@@ -56,8 +56,30 @@ func (c *compiler) crossChecks() {
 			"zero_hpz_partition_size only applies to ZeRO stage 3; ignored at stage %d", z.Stage)
 	}
 	if hasOpt && p.Mode == HFMode && c.at("optimizer") == nil && z.Stage > 0 && z.OffloadOptimizer.Device != OffloadNone && p.ZeroForceDSCPUOptimizer {
-		c.s.errorf(c.at("zero_optimization.offload_optimizer"), "optimizer",
-			`add an "optimizer" block (DeepSpeed then builds DeepSpeedCPUAdam), or set "zero_force_ds_cpu_optimizer": false`,
-			"ZeRO-Offload with the Trainer's own torch AdamW: DeepSpeed refuses a client optimizer with offload (ZeRORuntimeException)")
+		// DeepSpeed refuses a client torch optimizer with ZeRO-Offload
+		// (ZeRORuntimeException), so Accelerate, which the Trainer
+		// prepares through, swaps the Trainer's AdamW for
+		// DeepSpeedCPUAdam(param_groups, lr, weight_decay): its step reads
+		// betas and eps from the AdamW's groups, so the update is the same
+		// AdamW.
+		p.Optimizer.Impl, p.Optimizer.TorchAdam = "DeepSpeedCPUAdam", false
+		c.s.infof(c.at("zero_optimization.offload_optimizer"), "optimizer",
+			"ZeRO-Offload with the Trainer's own AdamW: Accelerate hands DeepSpeed a DeepSpeedCPUAdam over the AdamW's parameter groups (same lr, betas, eps, weight decay), as DeepSpeed requires")
 	}
+}
+
+// noOptimizerFix is the one-line fix for a config without an optimizer
+// block in DeepSpeed mode: an optimizer block, or the HF flags that run
+// the file as the Trainer would (its AdamW) without a mismatch error.
+func (c *compiler) noOptimizerFix() string {
+	p := &c.plan
+	fix := `add an "optimizer" block (e.g. {"type": "AdamW", "params": {"lr": 1e-4}})`
+	flags := "--learning_rate 5e-5"
+	if b := p.Batch; b.TrainMicroBatchSizePerGPU > 0 {
+		flags += fmt.Sprintf(" --per_device_train_batch_size %d --gradient_accumulation_steps %d", b.TrainMicroBatchSizePerGPU, b.GradientAccumulationSteps)
+	}
+	if d := p.Precision.DType; d == "fp16" || d == "bf16" {
+		flags += " --" + d
+	}
+	return fix + ", or run it as HF's Trainer would (its AdamW, linear decay): add " + flags
 }

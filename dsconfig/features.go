@@ -6,28 +6,7 @@ import "github.com/dszero/dszero/dsconfig/lenient"
 // validated as DeepSpeed validates them, and reported as unsupported when
 // they are turned on.
 func (c *compiler) readFeatureBlocks(top *block) {
-	// comms_logger: a pydantic block, parsed only when present.
-	if cl := top.get("comms_logger").Object(pydanticBlock); cl.present() {
-		c.plan.CommsLogger = cl.get("enabled").Bool(false)
-		cl.get("prof_all").Bool(true)
-		cl.get("prof_ops").Raw()
-		cl.get("verbose").Bool(false)
-		cl.get("debug").Bool(false)
-		cl.finish()
-	}
-	fp := top.get("flops_profiler").Object(scalarBlock)
-	c.plan.FlopsProfiler = fp.get("enabled").Bool(false)
-	fp.get("recompute_fwd_factor").Float(0)
-	fp.get("profile_step").Int(1, -1<<62)
-	fp.get("module_depth").Int(-1, -1<<62)
-	fp.get("top_modules").Int(1, -1<<62)
-	fp.get("detailed").Bool(true)
-	fp.get("output_file").Raw()
-	fp.finish()
-	if c.plan.FlopsProfiler {
-		c.plan.WallClockBreakdown = true // DeepSpeed: the profiler forces wall_clock_breakdown
-		c.s.unsupportedf(c.at("flops_profiler.enabled"), "flops_profiler.enabled", "set it to false", "the FLOPS profiler is not supported by dszero")
-	}
+	c.readKnobs(top)
 
 	cp := top.get("compile").Object(pydanticBlock)
 	if cp.present() {
@@ -42,7 +21,8 @@ func (c *compiler) readFeatureBlocks(top *block) {
 		cp.get("passes").Raw()
 		cp.finish()
 		if deep {
-			c.s.unsupportedf(c.at("compile.deepcompile"), "compile.deepcompile", "set it to false", "DeepCompile is not supported by dszero")
+			c.s.warnf(c.at("compile.deepcompile"), "compile.deepcompile", "set it to false to silence this",
+				"DeepCompile is not run: dszero trains with the same ZeRO schedule (gathers, releases, reductions per unit) without a graph compiler, so the numerics are the same and only DeepCompile's speedups are missing")
 		}
 	}
 
@@ -69,24 +49,31 @@ func (c *compiler) readFeatureBlocks(top *block) {
 
 	c.readElasticity(top)
 
+	// DeepSpeed reads the autotuning block only under `deepspeed
+	// --autotuning`; a training run ignores it.
+	if at := c.at("autotuning"); at != nil && enabledIn(at) {
+		top.markUsed("autotuning")
+		c.s.warnf(at, "autotuning", "run `dszero autotune --deepspeed FILE` to tune, or remove the block",
+			"ignored: DeepSpeed's autotuner runs only under `deepspeed --autotuning`, and a training run ignores the block")
+	}
+
 	// Blocks DeepSpeed parses for features outside ZeRO training. dszero
 	// keeps them as written and says so when they are switched on.
-	for _, fb := range []struct{ key, name string }{
-		{"autotuning", "the autotuner"},
-		{"progressive_layer_drop", "progressive layer drop"},
-		{"curriculum_learning", "curriculum learning"},
-		{"data_efficiency", "data efficiency (curriculum / random-LTD)"},
-		{"compression_training", "compression training"},
-		{"sparse_attention", "sparse attention"},
-		{"quantize_training", "quantization-aware training (MoQ)"},
-		{"eigenvalue", "eigenvalue computation"},
-		{"pipeline", "pipeline parallelism"},
-		{"nebula", "Nebula checkpointing"},
-		{"datastates", "DataStates checkpointing"},
-		{"weight_quantization", "weight quantization"},
-		{"expert_parallel", "expert parallelism (MoE)"},
-		{"torch_autocast", ""},
-		{"amp", ""},
+	for _, fb := range []struct{ key, name, why string }{
+		{"compression_training", "compression training", ""},
+		{"sparse_attention", "sparse attention",
+			": it replaces the model's attention with DeepSpeed's SparseSelfAttention modules and their block-sparse Triton kernels, and dszero's models compute dense attention"},
+		{"quantize_training", "quantization-aware training (MoQ)",
+			": MoQ quantizes the weights to ever fewer bits on a schedule during training with DeepSpeed's quantizer kernels, and dszero trains in fp32, bf16 or fp16 only"},
+		{"eigenvalue", "eigenvalue computation",
+			": it estimates each layer's top Hessian eigenvalue by power iteration through a second (double) backward, and dszero's models have first-order backward passes only"},
+		{"pipeline", "pipeline parallelism", ""},
+		{"nebula", "Nebula checkpointing", ""},
+		{"datastates", "DataStates checkpointing", ""},
+		{"weight_quantization", "weight quantization", ""},
+		{"expert_parallel", "expert parallelism (MoE)", ""},
+		{"torch_autocast", "", ""},
+		{"amp", "", ""},
 	} {
 		f := top.get(fb.key)
 		raw := f.Raw()
@@ -94,10 +81,10 @@ func (c *compiler) readFeatureBlocks(top *block) {
 			continue
 		}
 		if on := enabledIn(f.v); on {
-			c.s.unsupportedf(f.v, fb.key, "remove the block or set enabled to false", "%s is not supported by dszero", fb.name)
+			c.s.unsupportedf(f.v, fb.key, "remove the block or set enabled to false", "%s is not supported by dszero%s", fb.name, fb.why)
 		} else if fb.key == "sparse_attention" || fb.key == "weight_quantization" {
 			// These have no enabled switch: their presence turns them on.
-			c.s.unsupportedf(f.v, fb.key, "remove the block", "%s is not supported by dszero", fb.name)
+			c.s.unsupportedf(f.v, fb.key, "remove the block", "%s is not supported by dszero%s", fb.name, fb.why)
 		}
 	}
 }

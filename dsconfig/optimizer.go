@@ -53,7 +53,7 @@ var zeroSupported = map[string]bool{
 // dszeroRuns are the implementations dszero's optimizer package runs.
 var dszeroRuns = map[string]bool{
 	"torch.optim.Adam": true, "torch.optim.AdamW": true, "FusedAdam": true, "DeepSpeedCPUAdam": true,
-	"torch.optim.SGD": true, "FusedLamb": true,
+	"torch.optim.SGD": true, "FusedLamb": true, "OnebitAdam": true, "ZeroOneAdam": true, "OnebitLamb": true,
 }
 
 func (c *compiler) readOptimizer(top *block) {
@@ -164,14 +164,7 @@ func (c *compiler) readOptimizer(top *block) {
 		c.adamParams(pb, 0, 1e-3, [2]float64{0.9, 0.999}, 0)
 		c.checkKwargs(pb, o.Impl, lionKwargs, "max_grad_norm")
 	case "onebitadam", "zerooneadam", "onebitlamb":
-		labels := map[string]string{"onebitadam": "1bit-Adam", "zerooneadam": "0/1 Adam", "onebitlamb": "1bit-Lamb"}
-		o.Impl = map[string]string{"onebitadam": "OnebitAdam", "zerooneadam": "ZeroOneAdam", "onebitlamb": "OnebitLamb"}[name]
-		c.adamParams(pb, 0, 1e-3, [2]float64{0.9, 0.999}, 1e-8)
-		if c.plan.Zero.Stage > 0 {
-			c.s.errorf(tf.v, "optimizer.type", fmt.Sprintf("use ZeRO stage 0 with %s, or Adam/AdamW with ZeRO", labels[name]),
-				"%s is not compatible with ZeRO (stage %d)", labels[name], c.plan.Zero.Stage)
-		}
-		c.markAllUsed(pb)
+		c.readOneBit(tf, pb, name)
 	default:
 		if kw, ok := torchOptimizers[name]; ok {
 			o.Impl = "torch.optim." + name

@@ -35,8 +35,10 @@ type Plan struct {
 	Checkpoint              Checkpoint
 	DataTypes               DataTypes
 	Monitors                Monitors
-	FlopsProfiler           bool
-	CommsLogger             bool
+	FlopsProfiler           FlopsProfiler
+	CommsLogger             CommsLogger
+	ProgressiveLayerDrop    ProgressiveLayerDrop
+	Curriculum              Curriculum
 	DataloaderDropLast      bool
 
 	settings []Setting
@@ -234,6 +236,8 @@ type Optimizer struct {
 	LRDecay               float64 // Adagrad
 	InitialAccumulatorVal float64
 
+	OneBit OneBit // OneBitAdam, ZeroOneAdam, OneBitLamb
+
 	LegacyFusion bool
 	Params       map[string]any // every param as written (after HF filling), for optimizers dszero does not type
 }
@@ -313,7 +317,8 @@ type Monitors struct {
 	TensorBoardDir string
 	CSV            bool
 	CSVDir         string
+	CSVJobName     string
 	WandB          bool
 	Comet          bool
-	JobName        string
+	JobName        string // tensorboard.job_name
 }

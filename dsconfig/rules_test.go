@@ -156,10 +156,9 @@ func TestRules(t *testing.T) {
 			diags: []wantDiag{{Warning, "bp16", []string{"fp32", `"bf16"`}}}},
 		{name: "misplaced zero key", src: `{` + batchOK + ` "reduce_bucket_size": 5e8}`,
 			diags: []wantDiag{{Warning, "reduce_bucket_size", []string{"zero_optimization"}}}},
-		{name: "optimizer names: DeepSpeed names are case-insensitive", src: `{` + batchOK + ` "optimizer": {"type": "OneBitAdam"}}`,
-			diags: []wantDiag{{Unsupported, "optimizer.type", nil}},
+		{name: "optimizer names: DeepSpeed names are case-insensitive", src: `{` + batchOK + ` "optimizer": {"type": "OneBitLamb"}}`,
 			check: func(t *testing.T, p Plan) {
-				if p.Optimizer.Type != "onebitadam" {
+				if p.Optimizer.Type != "onebitlamb" {
 					t.Errorf("type %q", p.Optimizer.Type)
 				}
 			}},
@@ -414,9 +413,17 @@ func TestHFModeCreatesTrainerAdamW(t *testing.T) {
 	if p.Optimizer.Impl != "torch.optim.AdamW" || p.Optimizer.LR != 5e-5 || !p.ZeroAllowUntestedOptimizer {
 		t.Errorf("%+v", p.Optimizer)
 	}
-	_, diags = compileString(t, `{"train_micro_batch_size_per_gpu": "auto", "zero_optimization": {"stage": 2, "offload_optimizer": {"device": "cpu"}}}`, Options{WorldSize: 2, HF: &hf})
-	if !hasDiag(diags, wantDiag{Error, "optimizer", []string{"ZeRORuntimeException"}}) {
-		t.Errorf("%s", diagText(diags))
+	// With optimizer offload, Accelerate swaps the Trainer's AdamW for
+	// DeepSpeedCPUAdam over its parameter groups (DeepSpeed would raise
+	// ZeRORuntimeException for the torch optimizer); zero_force_ds_cpu_optimizer
+	// false keeps the torch AdamW.
+	p, diags = compileString(t, `{"train_micro_batch_size_per_gpu": "auto", "zero_optimization": {"stage": 2, "offload_optimizer": {"device": "cpu"}}}`, Options{WorldSize: 2, HF: &hf})
+	if diags.HasErrors() || p.Optimizer.Impl != "DeepSpeedCPUAdam" || p.Optimizer.LR != 5e-5 || !p.Optimizer.AdamWMode {
+		t.Errorf("%+v\n%s", p.Optimizer, diagText(diags))
+	}
+	p, _ = compileString(t, `{"train_micro_batch_size_per_gpu": "auto", "zero_force_ds_cpu_optimizer": false, "zero_optimization": {"stage": 2, "offload_optimizer": {"device": "cpu"}}}`, Options{WorldSize: 2, HF: &hf})
+	if p.Optimizer.Impl != "torch.optim.AdamW" {
+		t.Errorf("zero_force_ds_cpu_optimizer false: %+v", p.Optimizer)
 	}
 }
 

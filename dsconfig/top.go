@@ -235,7 +235,7 @@ func (c *compiler) readAIO(top *block) {
 			"thread_count was renamed intra_op_parallelism in DeepSpeed 0.16.5; DeepSpeed 0.19.5 ignores it, so %d worker(s) are used", a.IntraOpParallelism)
 	}
 	if a.UseGDS {
-		c.s.unsupportedf(c.at("aio.use_gds"), "aio.use_gds", "set it to false", "GPUDirect Storage is not supported by dszero (DeepSpeed requires a CUDA accelerator for it)")
+		c.s.unsupportedf(c.at("aio.use_gds"), "aio.use_gds", "set it to false", "GPUDirect Storage is not supported by dszero: it reads NVMe straight into GPU memory through cuFile (DeepSpeed requires a CUDA accelerator for it), and dszero's NVMe offload goes through host memory")
 	}
 	b.finish()
 }
@@ -305,7 +305,7 @@ func (c *compiler) readMonitors(top *block) {
 	csv := top.get("csv_monitor").Object(pydanticBlock)
 	m.CSV = csv.get("enabled").Bool(false)
 	m.CSVDir = csv.get("output_path").String("")
-	csv.get("job_name").String("DeepSpeedJobName")
+	m.CSVJobName = csv.get("job_name").String("DeepSpeedJobName")
 	csv.finish()
 	cm := top.get("comet").Object(pydanticBlock)
 	m.Comet = cm.get("enabled").Bool(false)
@@ -321,9 +321,10 @@ func (c *compiler) readMonitors(top *block) {
 		on   bool
 		path string
 		name string
-	}{{m.TensorBoard, "tensorboard.enabled", "the TensorBoard monitor"}, {m.WandB, "wandb.enabled", "the Weights & Biases monitor"}, {m.Comet, "comet.enabled", "the Comet monitor"}} {
+	}{{m.WandB, "wandb.enabled", "the Weights & Biases monitor"}, {m.Comet, "comet.enabled", "the Comet monitor"}} {
 		if mon.on {
-			c.s.unsupportedf(c.at(mon.path), mon.path, "use csv_monitor or --json-log", "%s is not supported by dszero", mon.name)
+			c.s.unsupportedf(c.at(mon.path), mon.path, "set it to false and use tensorboard or csv_monitor (same curves, local files)",
+				"%s is not supported by dszero: it logs through its Python client to its service, and its offline format is private to that client", mon.name)
 		}
 	}
 }

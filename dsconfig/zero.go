@@ -126,7 +126,10 @@ func (c *compiler) readZeroFields(b *block, legacy bool) {
 	if zf.v != nil && zf.v.Kind != lenient.Null {
 		z.ZenFlow = true
 		zf.Raw()
-		c.s.unsupportedf(zf.v, zf.path, "remove the zenflow block", "ZenFlow (stall-free offload) is not supported by dszero")
+		c.s.unsupportedf(zf.v, zf.path, "remove the zenflow block to train with plain ZeRO-Offload (every parameter updated every step)",
+			"ZenFlow (stall-free offload) is not supported by dszero: it updates the top-k most important gradient columns on the device each step "+
+				"and the rest, accumulated, on the CPU every update_interval steps in parallel with the next steps; dszero's offload has no such split, "+
+				"and running the file without it would silently change its numerics")
 	}
 
 	c.readOffload(b)

@@ -55,6 +55,11 @@ func checkSeqParallel(cfg *Config) error {
 	if cfg.Plan.WorldSize%sp != 0 {
 		return fmt.Errorf("sequence_parallel_size %d does not divide the world size %d: use a sequence_parallel_size that divides it", sp, cfg.Plan.WorldSize)
 	}
+	if cu := cfg.Plan.Curriculum; cu.Enabled {
+		// The curriculum truncates each rank's micro-batch; under Ulysses
+		// a rank holds a slice of the sequence, not its start.
+		return fmt.Errorf("%s: a sequence-length curriculum with sequence_parallel_size %d is not supported (each rank holds a slice of the sequence, not its first tokens): disable one of them", cu.Source, sp)
+	}
 	m, ok := cfg.Model.(model.SeqParalleler)
 	if !ok {
 		return fmt.Errorf("sequence_parallel_size %d: the model %T does not support Ulysses sequence parallelism (the GPT does): set sequence_parallel_size to 1", sp, cfg.Model)

@@ -86,6 +86,27 @@ func TestSeqParallelGPT(t *testing.T) {
 	}
 }
 
+// TestSeqParallelLayerDrop: progressive layer drop draws the same
+// blocks on every rank, so the SP group's exchanges stay matched: 2
+// sequence-parallel ranks with PLD train like one rank with it.
+func TestSeqParallelLayerDrop(t *testing.T) {
+	g := loadGPT(t)
+	js := strings.Replace(harnessJSON(0, 2, 2, 20000, false), "{", `{"progressive_layer_drop": {"enabled": true, "theta": 0.5, "gamma": 0.1}, `, 1)
+	base, bw, err := runSP(t, g, js, 1, 1, 3, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	recs, w, err := runSP(t, g, js, 2, 2, 3, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lrel := maxRel(recs, base)
+	_, wrel := fdiff.Weights(w, bw)
+	if lrel > 1e-6 || wrel > 1e-6 {
+		t.Errorf("with layer drop, sp 2 differs from one rank: losses %.2e, weights %.2e relative", lrel, wrel)
+	}
+}
+
 // TestSeqParallelRefusals: heads or a sequence length not divisible by
 // sequence_parallel_size are refused before training, naming the key.
 func TestSeqParallelRefusals(t *testing.T) {
@@ -102,6 +123,12 @@ func TestSeqParallelRefusals(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("world %d, sp %d: %v, want an error with %q", tc.world, tc.sp, err, tc.want)
 		}
+	}
+	// A sequence-length curriculum would cut each rank's slice, not the
+	// sequence: refused.
+	cur := strings.Replace(harnessJSON(0, 2, 2, 20000, false), "{", `{"curriculum_learning": {"enabled": true, "curriculum_type": "seqlen", "min_difficulty": 8, "max_difficulty": 32, "schedule_type": "fixed_linear", "schedule_config": {"total_curriculum_step": 4, "difficulty_step": 8}}, `, 1)
+	if _, _, err := runSP(t, g, cur, 2, 2, 1, false); err == nil || !strings.Contains(err.Error(), "curriculum with sequence_parallel_size 2 is not supported") {
+		t.Errorf("curriculum with sp 2: %v", err)
 	}
 	// A model without sequence parallelism is refused, not run whole.
 	plan, err := dsconfig.Load(withSP(harnessJSON(0, 2, 2, 20000, false), 2), dsconfig.Options{WorldSize: 2})

@@ -26,6 +26,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"math"
 	"path/filepath"
 	"runtime"
@@ -167,6 +168,9 @@ type Config struct {
 	// each one saved, once every rank is done with it (with Comm, on rank
 	// 0 only).
 	OnCheckpoint func(CheckpointEvent)
+	// Stdout receives what DeepSpeed prints on rank 0 (the FLOPS profile,
+	// the comms summary); nil is os.Stdout.
+	Stdout io.Writer
 }
 
 // CheckpointEvent is a checkpoint loaded or saved: Dir/Tag, at global
@@ -186,7 +190,7 @@ func (e CheckpointEvent) Path() string { return filepath.Join(e.Dir, e.Tag) }
 // Record is what one optimizer step did (one line of --json-log).
 type Record struct {
 	Step       int64   `json:"step"`
-	Loss       float64 `json:"loss"` // mean over ranks and micro-steps
+	Loss       float64 `json:"loss"` // mean over ranks and micro-steps (with Batch.LossDenom, over every target of the step)
 	LR         float64 `json:"lr"`
 	LossScale  float64 `json:"loss_scale"`
 	GradNorm   float64 `json:"grad_norm"`
@@ -218,6 +222,9 @@ type Breakdown struct {
 	ReduceWaitMS float64 `json:"reduce_scatter_wait_ms"`
 	Gathers      int     `json:"gathers"`
 	Prefetched   int     `json:"prefetched"`
+	// SentBytes is what rank 0 sent on its world communicator during the
+	// step, in comm's nominal bytes, by collective kind.
+	SentBytes map[string]int64 `json:"sent_bytes,omitempty"`
 }
 
 // waiter is a strategy that reports its waits for collectives (stage 3).
@@ -343,6 +350,11 @@ func (r *rank) run(onStep func(Record) error) ([]float32, error) {
 	if cfg.Warn != nil && c.Rank() == 0 {
 		opts.Warn = cfg.Warn
 	}
+	kn, err := newKnobs(cfg, c.Rank()) // knobs.go
+	if err != nil {
+		return nil, err
+	}
+	opts.Comm = kn.engineComm(c)
 	switch {
 	case cfg.Init != nil:
 	case cfg.InitRange != nil:
@@ -369,6 +381,7 @@ func (r *rank) run(onStep func(Record) error) ([]float32, error) {
 	if cfg.Hooks != nil {
 		hooks = cfg.Hooks(c.Rank(), eng)
 	}
+	hooks = kn.hooks(hooks)
 	sp, err := newSeqPar(ctx, c, p)
 	if err != nil {
 		return nil, err
@@ -380,6 +393,9 @@ func (r *rank) run(onStep func(Record) error) ([]float32, error) {
 	}
 	defer m.Close()
 	if err := m.Bind(eng.ModelBuffers()); err != nil {
+		return nil, err
+	}
+	if err := kn.attach(m); err != nil {
 		return nil, err
 	}
 	B, T := int(p.Batch.TrainMicroBatchSizePerGPU), cfg.SeqLen
@@ -418,20 +434,29 @@ func (r *rank) run(onStep func(Record) error) ([]float32, error) {
 		first = int(eng.GlobalSteps())
 		tell(false, cfg.LoadDir, t0)
 	}
+	shares := false // the micro-losses are shares of the global batch's (LossDenom)
 	for s := first; s < cfg.Steps; s++ {
 		start := time.Now()
 		if overwrite {
 			m.OverwriteGrads() // the strategy left last step's gradients in place
 		}
 		var bd Breakdown
+		sent0 := c.Traffic()
 		for micro := 0; micro < gas; micro++ {
 			batch.B = B
 			if err := sp.batch(cfg.Batches, s, micro, &batch); err != nil {
 				return nil, fmt.Errorf("step %d, micro-step %d: reading the data: %w", s+1, micro, err)
 			}
+			run, err := kn.beforeForward(int64(s), &batch)
+			if err != nil {
+				return nil, fmt.Errorf("step %d, micro-step %d: %w", s+1, micro, err)
+			}
 			t0 := time.Now()
-			loss, err := m.Forward(batch)
+			loss, err := m.Forward(run)
 			t1 := time.Now()
+			if err == nil {
+				err = kn.afterForward()
+			}
 			bd.ForwardMS += ms(t1.Sub(t0))
 			if err != nil {
 				return nil, fmt.Errorf("step %d, micro-step %d: %w", s+1, micro, err)
@@ -448,6 +473,7 @@ func (r *rank) run(onStep func(Record) error) ([]float32, error) {
 				// over micro-steps and ranks: undo the engine's 1/GAS and
 				// its average over the ranks.
 				scale *= float32(gas * world)
+				shares = true
 			} else {
 				scale *= sp.gradFactor() // seqpar.go
 			}
@@ -455,6 +481,11 @@ func (r *rank) run(onStep func(Record) error) ([]float32, error) {
 				return nil, fmt.Errorf("step %d, micro-step %d: %w", s+1, micro, err)
 			}
 			bd.BackwardMS += ms(time.Since(t2))
+			if micro < gas-1 {
+				if err := kn.afterStep(int64(s), &bd, world); err != nil {
+					return nil, err
+				}
+			}
 		}
 		t3 := time.Now()
 		ss, err := eng.Step()
@@ -462,6 +493,10 @@ func (r *rank) run(onStep func(Record) error) ([]float32, error) {
 			return nil, err
 		}
 		bd.StepMS = ms(time.Since(t3))
+		bd.SentBytes = c.Traffic().SentSince(sent0)
+		if err := kn.afterStep(int64(s+1), &bd, world); err != nil {
+			return nil, err
+		}
 		if w, ok := eng.Strategy().(waiter); ok {
 			ws := w.TakeWaits()
 			bd.GatherWaitMS, bd.ReduceWaitMS, bd.Gathers, bd.Prefetched = ms(ws.Gather), ms(ws.Reduce), ws.Gathers, ws.Prefetched
@@ -472,7 +507,11 @@ func (r *rank) run(onStep func(Record) error) ([]float32, error) {
 		var cbErr error
 		if c.Rank() == 0 {
 			dt := time.Since(start).Seconds()
-			rec := Record{Step: ss.Step, Loss: st.loss(), LR: ss.LR, LossScale: ss.LossScale, GradNorm: ss.GradNorm,
+			loss := st.loss()
+			if shares {
+				loss *= float64(gas * world / sp.size) // their sum: the mean over every target of the step, as HF's Trainer logs it (an SP group's ranks each hold the group's)
+			}
+			rec := Record{Step: ss.Step, Loss: loss, LR: ss.LR, LossScale: ss.LossScale, GradNorm: ss.GradNorm,
 				Skipped: ss.Skipped, StepTimeS: dt, TokensPerS: float64(B*T*gas*world/sp.size) / dt}
 			rec.Peak, rec.PeakMax = st.peaks()
 			rec.Micro = st.micro()
@@ -519,6 +558,9 @@ func (r *rank) run(onStep func(Record) error) ([]float32, error) {
 		if verdict[0] == stop {
 			break
 		}
+	}
+	if err := kn.done(); err != nil {
+		return nil, err
 	}
 	if cfg.Done != nil {
 		if err := cfg.Done(c.Rank(), c, eng); err != nil {

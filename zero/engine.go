@@ -131,7 +131,12 @@ func NewEngine(plan dsconfig.Plan, o Options) (*Engine, error) {
 		DTypes:     zcore.DeepSpeedGradDTypes(plan.Zero.Stage, plan.Precision.DType, plan.DataTypes.GradAccumDType, plan.CommunicationDataType),
 		RoundRobin: plan.Zero.RoundRobinGradients,
 		BucketSize: int(plan.Zero.ReduceBucketSize), Overlap: plan.Zero.OverlapComm, Pool: e.pool,
-		NewOptimizer: func(n int) (optim.Optimizer, error) { return newOptimizer(plan, n, alloc, e.pool) }}
+		NewOptimizer: func(n int) (optim.Optimizer, error) {
+			if isOneBit(plan) {
+				return newOneBitOptimizer(plan, o.Ctx, c, o.Layout, n, alloc)
+			}
+			return newOptimizer(plan, n, alloc, e.pool)
+		}}
 	var initErr error
 	if o.InitRange != nil && o.Init == nil && o.InitFunc == nil {
 		so.InitRange = o.InitRange

@@ -217,7 +217,7 @@ func TestUnsupportedRefusedByName(t *testing.T) {
 	cfg, _ := mlp.Preset("tiny")
 	layout := cfg.Layout()
 	for js, want := range map[string]string{
-		`{"train_micro_batch_size_per_gpu": 4, "optimizer": {"type": "OneBitAdam"}}`:                                                                                          "onebitadam",
+		`{"train_micro_batch_size_per_gpu": 4, "optimizer": {"type": "OneBitLamb"}, "fp16": {"enabled": true}}`:                                                               "1-bit Lamb under fp16",
 		`{"train_micro_batch_size_per_gpu": 4, "optimizer": {"type": "Adam"}, "zero_optimization": {"stage": 2, "offload_optimizer": {"device": "nvme", "nvme_path": "/x"}}}`: "offload_optimizer",
 	} {
 		_, err := NewEngine(mustPlan(t, js), Options{Acct: mem.NewAccountant(0), Layout: &layout, Init: make([]float32, layout.Numel)})

@@ -118,7 +118,11 @@ func TestRoundRobinPartitions(t *testing.T) {
 // TestRoundRobinTraining: round_robin_gradients moves which rank owns what
 // and the order in which the gradient norm adds its fragments, nothing
 // else, so training with it ends where training without it ends, within
-// float32 rounding, at stages 1 and 2 over 2 to 4 ranks, in fp32 and bf16.
+// float32 rounding, at stages 1 and 2 over 2 to 4 ranks, in fp32 and bf16
+// — but for bf16 on 3 and 4 ranks: there the all-reduce adds in gloo's
+// ring order, which follows each element's place in the bucket, which
+// round robin moves, and a bf16 sum rounds at every hop, so the runs agree
+// within bf16 rounding (1e-4).
 func TestRoundRobinTraining(t *testing.T) {
 	d := loadMLP(t)
 	for _, prec := range []string{"fp32", "bf16"} {
@@ -144,7 +148,11 @@ func TestRoundRobinTraining(t *testing.T) {
 					lrel := fdiff.MaxRel(rr.Losses, base.Losses)
 					abs, rel := fdiff.Weights(rr.Final, base.Final)
 					t.Logf("losses max rel Δ %.2e; weights max |Δ| %.2e, ‖Δ‖/‖w‖ %.2e", lrel, abs, rel)
-					if lrel > 1e-6 || rel > 1e-6 {
+					tol := 1e-6
+					if prec == "bf16" && world > 2 {
+						tol = 1e-4
+					}
+					if lrel > tol || rel > tol {
 						t.Errorf("round robin changed the run by more than float32 rounding")
 					}
 				})

@@ -139,15 +139,32 @@ func (s *Stage0) Step(in StepInput) (StepResult, error) {
 	if !s.dirty {
 		defer clear(s.grads)
 	}
-	op := o.Average.Before(o.Pool, s.grads, o.Comm.Size())
-	var err error
-	if s.hs, err = zcore.AllReduceWire(o.Ctx, o.Comm, o.Average.Wire(s.grads), op, o.BucketSize, s.hs); err != nil {
-		return StepResult{}, fmt.Errorf("stage 0: all-reduce of the gradients: %w", err)
+	xopt, _ := s.opt.(optim.Exchanging)
+	if xopt == nil || !xopt.LocalGradients() { // 1-bit Adam after its freeze exchanges the momentum instead
+		op := o.Average.Before(o.Pool, s.grads, o.Comm.Size())
+		var err error
+		if s.hs, err = zcore.AllReduceWire(o.Ctx, o.Comm, o.Average.Wire(s.grads), op, o.BucketSize, s.hs); err != nil {
+			return StepResult{}, fmt.Errorf("stage 0: all-reduce of the gradients: %w", err)
+		}
+		o.Average.Unwire(s.grads, 0, len(s.grads))
+		o.Average.After(o.Pool, s.grads)
 	}
-	o.Average.Unwire(s.grads, 0, len(s.grads))
-	o.Average.After(o.Pool, s.grads)
-	if in.CheckOverflow && lossscale.HasInfOrNaN(s.grads) {
-		return StepResult{GradNorm: -1, Overflow: true}, nil // the same on every rank
+	if in.CheckOverflow {
+		overflow := lossscale.HasInfOrNaN(s.grads)
+		if xopt != nil && xopt.LocalGradients() && o.Comm.Size() > 1 {
+			// The ranks' own gradients: CheckOverflow all-reduces the flag
+			// (MAX) when enable_backward_allreduce is False.
+			if s.one[0] = 0; overflow {
+				s.one[0] = 1
+			}
+			if err := o.Comm.AllReduce(o.Ctx, comm.F32(s.one), comm.Sum).Wait(); err != nil {
+				return StepResult{}, fmt.Errorf("stage 0: all-reduce of the overflow flag: %w", err)
+			}
+			overflow = s.one[0] > 0
+		}
+		if overflow {
+			return StepResult{GradNorm: -1, Overflow: true}, nil // the same on every rank
+		}
 	}
 	for i, sp := range o.Layout.Specs {
 		s.norms[i] = optim.Norm2F32(s.grads[sp.Offset : sp.Offset+sp.Numel])
@@ -196,7 +213,13 @@ func (s *Stage0) Step(in StepInput) (StepResult, error) {
 		return StepResult{}, zcore.Diverged(float64(total))
 	}
 	in.SetHyperparams(s.opt)
-	s.opt.Step(s.master, s.grads)
+	if xopt != nil {
+		if err := xopt.StepExchange(s.master, s.grads); err != nil {
+			return StepResult{}, fmt.Errorf("stage 0: %w", err)
+		}
+	} else {
+		s.opt.Step(s.master, s.grads)
+	}
 	if o.Round != nil {
 		copy(s.work, s.master)
 		o.Round(s.work)

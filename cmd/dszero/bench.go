@@ -45,6 +45,8 @@ type benchRow struct {
 	ModelStates int64   `json:"model_states_bytes"`
 	Estimate    int64   `json:"estimate_bytes"`
 	Ratio       float64 `json:"measured_over_estimate"`
+	// SentBytes is what rank 0 sent in the last step, per collective kind.
+	SentBytes map[string]int64 `json:"sent_bytes_per_step,omitempty"`
 }
 
 // benchReport is dszero bench's --json output.
@@ -76,6 +78,7 @@ func runBench(args []string, stdout, stderr io.Writer) int {
 	jsonOut := fs.String("json", "", "write the results as JSON to this file (- for stdout)")
 	plotOut := fs.String("plot", "", "draw the peaks as stacked bars to this .png or .svg")
 	threads := fs.Int("threads", 0, "BLAS threads (default: OpenBLAS's own)")
+	oneBit := fs.Bool("onebit-adam", false, "also run stage 0 with DeepSpeed's OneBitAdam (freeze_step 1), to compare the bytes sent per step")
 	if _, err := parseInterleaved(fs, args); err != nil {
 		return 2
 	}
@@ -152,6 +155,12 @@ func runBench(args []string, stdout, stderr io.Writer) int {
 			// Hand the variant's buffers back to the OS before the next one,
 			// so that the process's peak is one variant's, not their sum.
 			debug.FreeOSMemory()
+			fmt.Fprintf(stderr, "dszero bench: %s: %s\n", row.Variant, row.Status)
+		}
+		if st == 0 && *oneBit {
+			row := benchOne(oneBitBase(base), 0, "none", nvmeDir, *nproc, *micro, *seq, *steps, budget, mc, gemm, corpus, &layout)
+			row.Variant += " + 1-bit Adam"
+			rep.Variants = append(rep.Variants, row)
 			fmt.Fprintf(stderr, "dszero bench: %s: %s\n", row.Variant, row.Status)
 		}
 	}
@@ -242,6 +251,7 @@ func benchOne(base map[string]any, stage int, off, nvmeDir string, nproc, micro,
 		zo["offload_param"] = map[string]any{"device": "nvme", "nvme_path": nvmeDir}
 	}
 	cfg["zero_optimization"] = zo
+	cfg["wall_clock_breakdown"] = true // for the bytes sent per step
 	cfg["train_micro_batch_size_per_gpu"] = micro
 	delete(cfg, "train_batch_size")
 	raw, _ := json.Marshal(cfg)
@@ -275,6 +285,9 @@ func benchOne(base map[string]any, stage int, off, nvmeDir string, nproc, micro,
 		func(r train.Record) error {
 			if r.Step > 1 {
 				times = append(times, r.StepTimeS)
+			}
+			if r.Breakdown != nil {
+				row.SentBytes = r.Breakdown.SentBytes
 			}
 			return nil
 		})
@@ -327,8 +340,8 @@ func benchTable(w io.Writer, rep benchReport) {
 	}
 	fmt.Fprintf(w, "%s (%d parameters) on %d rank(s), micro-batch %d × %d tokens, %d steps; device budget %s; bytes per rank (the largest over the ranks)\n\n",
 		rep.Model, rep.Params, rep.Ranks, rep.MicroBatch, rep.SeqLen, rep.Steps, b)
-	fmt.Fprintf(w, "%-26s %-6s %12s %12s %12s %14s %12s %8s %9s %10s\n", "variant", "status", "device", "pinned host", "NVMe",
-		"model states", "estimate", "÷ est.", "step s", "tokens/s")
+	fmt.Fprintf(w, "%-26s %-6s %12s %12s %12s %14s %12s %8s %9s %10s %12s\n", "variant", "status", "device", "pinned host", "NVMe",
+		"model states", "estimate", "÷ est.", "step s", "tokens/s", "sent/step")
 	for _, r := range rep.Variants {
 		tot := func(t mem.Tier) string {
 			v := r.PeakBytes[t.String()]["total"]
@@ -344,8 +357,12 @@ func benchTable(w io.Writer, rep benchReport) {
 		if r.StepS > 0 {
 			step, tps = fmt.Sprintf("%.3f", r.StepS), fmt.Sprintf("%.0f", r.TokensPS)
 		}
-		fmt.Fprintf(w, "%-26s %-6s %12s %12s %12s %14s %12s %8s %9s %10s\n", r.Variant, r.Status, tot(mem.Device), tot(mem.PinnedHost), tot(mem.NVMe),
-			mem.FormatBytes(r.ModelStates), mem.FormatBytes(r.Estimate), ratio, step, tps)
+		sent := "-"
+		if r.SentBytes != nil {
+			sent = mem.FormatBytes(sentTotal(r.SentBytes))
+		}
+		fmt.Fprintf(w, "%-26s %-6s %12s %12s %12s %14s %12s %8s %9s %10s %12s\n", r.Variant, r.Status, tot(mem.Device), tot(mem.PinnedHost), tot(mem.NVMe),
+			mem.FormatBytes(r.ModelStates), mem.FormatBytes(r.Estimate), ratio, step, tps, sent)
 	}
 	for _, r := range rep.Variants {
 		if r.Offload == "nvme" && r.Status == "ok" {

@@ -124,7 +124,13 @@ func runExplain(args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 	var layout *model.Layout
-	if *modelArg != "" {
+	if l, ok, err := llamaLayout(*modelArg); ok {
+		if err != nil {
+			fmt.Fprintf(stderr, "dszero config explain: %v\n", err)
+			return 2
+		}
+		layout = l
+	} else if *modelArg != "" {
 		mc, err := modelConfig(*modelArg)
 		if err == nil {
 			err = mc.WithDefaults().Validate()
@@ -279,6 +285,7 @@ func explainText(w io.Writer, p dsconfig.Plan) {
 		fmt.Fprintf(w, "  scheduler %s\n", s.Type)
 	}
 	explainCheckpoints(w, p)
+	explainKnobs(w, p) // knobs_explain.go
 	fmt.Fprintf(w, "\nSettings not taken from DeepSpeed's defaults (value, source)\n")
 	settings := p.Settings()
 	sort.SliceStable(settings, func(i, j int) bool { return settings[i].Line < settings[j].Line })

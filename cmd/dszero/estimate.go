@@ -82,7 +82,12 @@ func runEstimate(args []string, stdout, stderr io.Writer) int {
 	}
 
 	var mcfg gpt.Config
-	if set["model"] {
+	if l, ok, err := llamaLayout(*modelArg); ok && set["model"] {
+		if err != nil {
+			return usageErr("%v", err)
+		}
+		in.Model, in.Layout = *modelArg, l // model states only: the activation estimate is the GPT's
+	} else if set["model"] {
 		var err error
 		if mcfg, err = resolveModel(*modelArg); err != nil {
 			return usageErr("--model %v", err)

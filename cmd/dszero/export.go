@@ -25,16 +25,21 @@ func runExport(args []string, stdout, stderr io.Writer) int {
 	tag := fs.String("tag", "", "the checkpoint's tag (default: latest)")
 	dtype := fs.String("dtype", "fp32", "dtype written: fp32, bf16 or fp16")
 	modelArg := fs.String("model", "", "write a Hugging Face GPT-2 directory for this GPT (a preset or a directory with config.json): Hugging Face names and config.json, which transformers and dszero train --model OUT_DIR load")
+	var hf exportFlags
+	registerExportFlags(fs, &hf)
 	pos, err := parseInterleaved(fs, args)
 	if err != nil {
 		return 2
 	}
 	dt := map[string]string{"fp32": "F32", "bf16": "BF16", "fp16": "F16"}[*dtype]
 	if len(pos) != 2 || dt == "" {
-		fmt.Fprintln(stderr, "usage: dszero export CKPT_DIR OUT_DIR [--tag TAG] [--dtype fp32|bf16|fp16] [--model PRESET|DIR]")
+		fmt.Fprintln(stderr, "usage: dszero export CKPT_DIR OUT_DIR [--tag TAG] [--dtype fp32|bf16|fp16] [--model PRESET|DIR] [--format hf|safetensors]")
 		return 2
 	}
 	in, out := pos[0], pos[1]
+	if handled, code := exportHF(hf, *modelArg, in, out, *tag, *dtype, stdout, stderr); handled {
+		return code
+	}
 	fail := func(format string, a ...any) int {
 		fmt.Fprintf(stderr, "dszero export: "+format+"\n", a...)
 		return 1

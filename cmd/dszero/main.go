@@ -42,6 +42,9 @@ func commands() []command {
 			synopsis: "dszero train [--deepspeed ds_config.json | --fsdp-config accelerate.yaml] [--model PRESET|DIR] [--data FILE]\n" +
 				"    [--steps N] [--seq T] [--nproc N] [--save DIR [--save-interval N]] [--load DIR] [--json-log FILE] [HF flags]",
 			summary: "train a GPT; with no arguments, the embedded small GPT on Tiny Shakespeare from an embedded ds_config.\n" +
+				"--model also takes the Llama family (Llama, Qwen2, Qwen3, Mistral: a preset, or a Hugging Face directory\n" +
+				"of config.json and safetensors), and then --data fine-tuning records (JSON, JSON Lines, Parquet: text,\n" +
+				"alpaca, messages, sharegpt, prompt-completion) through the directory's tokenizer and chat template.\n" +
 				"--nproc N runs N data-parallel ranks in this process; mpirun -np N dszero train … runs one rank per\n" +
 				"process (go build -tags mpi). HF's and DeepSpeed's names work beside dszero's: --save_steps\n" +
 				"(--save-interval), --resume_from_checkpoint PATH|true (--load; true: the newest checkpoint under\n" +
@@ -53,6 +56,7 @@ func commands() []command {
 				"dszero train",
 				"dszero train --deepspeed examples/ds_config_zero3.json --nproc 2 --steps 20 --save /tmp/ckpt --save-interval 10",
 				"dszero train --deepspeed examples/ds_config_zero3.json --nproc 2 --steps 40 --load /tmp/ckpt",
+				"dszero train --model ~/models/Qwen2.5-0.5B --data alpaca.json --seq 512 --packing --deepspeed examples/ds_config_zero3.json --nproc 2 --save-model /tmp/qwen-sft",
 			}},
 		{name: "config check", run: runCheck,
 			synopsis: "dszero config check FILE... [--world-size N] [HF flags]",
@@ -79,13 +83,20 @@ func commands() []command {
 				"dszero bench --model small --nproc 2 --offload none,cpu,nvme --device-memory 64MiB --plot /tmp/bench.png",
 				"dszero bench --deepspeed examples/ds_config_zero2.json --stages 2,3 --json -",
 			}},
+		{name: "autotune", run: runAutotune, // autotune.go
+			synopsis: "dszero autotune --deepspeed ds_config.json [--model PRESET|DIR] [--nproc N] [--seq T] [--device-memory X]",
+			summary: "DeepSpeed's autotuner: short real trials of the config's ZeRO stages and micro-batch sizes (its\n" +
+				"autotuning block), autotuning_results/ with each trial's metrics, the table, and ds_config_optimal.json",
+			examples: []string{"dszero autotune --deepspeed examples/ds_config_autotune.json --model tiny --nproc 2 --seq 16"}},
 		{name: "export", run: runExport,
-			synopsis: "dszero export CKPT_DIR OUT_DIR [--tag TAG] [--dtype fp32|bf16|fp16] [--model PRESET|DIR]",
+			synopsis: "dszero export CKPT_DIR OUT_DIR [--tag TAG] [--dtype fp32|bf16|fp16] [--model PRESET|DIR] [--format hf|safetensors]",
 			summary: "the consolidated weights of a checkpoint (dszero's or DeepSpeed's, any stage and world size) as\n" +
-				"OUT_DIR/model.safetensors, streamed one piece at a time (zero_to_fp32 without its memory)",
+				"OUT_DIR/model.safetensors, streamed one piece at a time (zero_to_fp32 without its memory); with --format hf\n" +
+				"(or a Llama-family --model) the Hugging Face directory transformers loads, sharded above --max-shard-size",
 			examples: []string{
 				"dszero export checkpoint/testdata/ds_mlp_z2_fp32 /tmp/dszero_export",
 				"dszero export /tmp/ckpt /tmp/model --dtype bf16 --model small",
+				"dszero export /tmp/ckpt /tmp/qwen-hf --format hf --model ~/models/Qwen2.5-0.5B --dtype bf16",
 			}},
 		{name: "estimate", run: runEstimate,
 			synopsis: "dszero estimate --model PRESET|DIR | --params N [--largest-layer N] [--num_gpus G] [--num_nodes M]\n" +

@@ -11,6 +11,7 @@ import (
 
 	"github.com/dszero/dszero/comm"
 	"github.com/dszero/dszero/model/gpt"
+	"github.com/dszero/dszero/model/llama"
 )
 
 //go:embed default_ds_config.json
@@ -79,6 +80,7 @@ type trainFlags struct {
 	nproc                        int
 	nprocSet                     bool // --nproc or --num_gpus was given
 	hf                           *hfOptions
+	llama                        llamaFlags // train_llama.go
 }
 
 // usageError is a command line that cannot run (exit code 2).
@@ -114,8 +116,8 @@ func parseTrainFlags(args []string, stderr io.Writer) (*trainFlags, error) {
 	fs.StringVar(&f.fsdpOpts, "fsdp", "", `HF Trainer's --fsdp options, e.g. "full_shard auto_wrap", instead of --deepspeed`)
 	fs.StringVar(&f.fsdpJSON, "fsdp_config", "", "HF Trainer's fsdp_config JSON (with --fsdp)")
 	intAtLeast(fs, &f.shardGroup, "shard-group-size", 0, "ranks", "HYBRID_SHARD: ranks per shard group (default: the processes of one machine)")
-	fs.StringVar(&f.saveModel, "save-model", "", "write the consolidated final weights as a Hugging Face GPT-2 directory (model.safetensors + config.json)")
-	fs.StringVar(&f.modelArg, "model", "small", "model preset ("+strings.Join(gpt.PresetNames(), ", ")+") or a Hugging Face GPT-2 directory (config.json + model.safetensors)")
+	fs.StringVar(&f.saveModel, "save-model", "", "write the consolidated final weights as a Hugging Face directory transformers loads (config.json, the weights, and for the Llama family generation_config.json and the tokenizer files)")
+	fs.StringVar(&f.modelArg, "model", "small", "model preset ("+strings.Join(append(gpt.PresetNames(), llama.PresetNames()...), ", ")+") or a Hugging Face directory (config.json + model.safetensors, or shards with model.safetensors.index.json) of model_type gpt2, llama, qwen2, qwen3 or mistral")
 	fs.StringVar(&f.dataPath, "data", "", "training text, a nanoGPT .bin of uint16 token ids, or \"random\" (uniform ids, for throughput runs) (default: embedded Tiny Shakespeare)")
 	intAtLeast(fs, &f.steps, "steps", 1, "optimizer steps (leave --steps out for the default)",
 		"optimizer steps; with --load the total, counting the checkpoint's (default: --max_steps, else the scheduler's total_num_steps, else 100)")
@@ -139,6 +141,7 @@ func parseTrainFlags(args []string, stderr io.Writer) (*trainFlags, error) {
 	procs := aliasVar(fs, &f.nproc, atLeast(1, "ranks"), "data-parallel ranks, run in this process (the plan's world size); under mpirun, one rank per process instead",
 		"nproc", "num_gpus")
 	f.hf = hfFlags(fs)
+	registerLlamaFlags(fs, &f.llama)
 	if err := fs.Parse(args); err != nil {
 		return nil, errFlagsPrinted
 	}

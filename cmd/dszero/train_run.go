@@ -13,7 +13,6 @@ import (
 
 	"github.com/dszero/dszero/fsdpconfig"
 	"github.com/dszero/dszero/mem"
-	"github.com/dszero/dszero/model/gpt"
 	"github.com/dszero/dszero/train"
 	"github.com/schollz/progressbar/v3"
 	"golang.org/x/term"
@@ -44,7 +43,8 @@ func (j *trainJob) train() (trainResult, error) {
 		logw = json.NewEncoder(lf)
 	}
 	stdout, n := j.stdout, j.steps
-	fmt.Fprintf(stdout, "dszero: %s | model %s (%s parameters) | data %s (%d tokens)\n", j.name, f.modelArg, paramCount(j.mcfg.NumParams()), j.corpus.Name, j.corpus.Len())
+	dname, dtokens := j.dataName()
+	fmt.Fprintf(stdout, "dszero: %s | model %s (%s parameters) | data %s (%d tokens)\n", j.name, f.modelArg, paramCount(j.numParams()), dname, dtokens)
 	steps := plural(n, "step")
 	if f.loadDir != "" {
 		steps = fmt.Sprintf("to step %d, resuming", n)
@@ -68,9 +68,9 @@ func (j *trainJob) train() (trainResult, error) {
 		}
 		j.closers = append(j.closers, func() { pprof.StopCPUProfile(); pf.Close() })
 	}
-	var initRange func([]float32, int) error
-	if j.weights != nil {
-		initRange = j.weights.ReadRange
+	batches, err := j.batches()
+	if err != nil {
+		return res, err
 	}
 	// The consolidated weights (FSDP's FULL_STATE_DICT, DeepSpeed's
 	// stage3_gather_16bit_weights_on_model_save) go beside the checkpoints.
@@ -78,16 +78,19 @@ func (j *trainJob) train() (trainResult, error) {
 	if res.saveModel == "" && f.saveDir != "" && (j.fp.StateDict == fsdpconfig.FullStateDict || plan.Zero.Stage == 3 && plan.Zero.Gather16BitWeightsOnModelSave) {
 		res.saveModel = filepath.Join(f.saveDir, "consolidated")
 	}
+	mon, err := j.openMonitors() // monitors.go
+	if err != nil {
+		return res, err
+	}
 	var layout *trainerLayout
 	if f.trainer.outputDir != "" {
 		var err error
-		epochOf := func(step int64) float64 { return j.loader.Epoch(int(step)) }
-		if layout, err = newTrainerLayout(f.trainer, f.seed, n, f.saveEvery, j.B, epochOf, stdout); err != nil {
+		if layout, err = newTrainerLayout(f.trainer, f.seed, n, f.saveEvery, j.B, j.epochs(batches), stdout); err != nil {
 			return res, err
 		}
 	}
 	start := time.Now()
-	final, err := train.Run(train.Config{Layout: saveLayout(layout), Format: stateFormat(f, j.fp), Plan: plan, Model: j.mcfg, InitRange: initRange, Seed: f.seed, ReturnParams: res.saveModel != "", Batches: train.Tokens(j.loader, j.T), SeqLen: j.T, Steps: n, Devices: j.devs, Comm: j.l.comm(),
+	final, err := train.Run(train.Config{Layout: saveLayout(layout), Format: stateFormat(f, j.fp), Plan: plan, Model: j.builder(), InitRange: j.initRange(), Seed: f.seed, ReturnParams: res.saveModel != "", Batches: batches, SeqLen: j.T, Steps: n, Devices: j.devs, Comm: j.l.comm(),
 		Checkpoint: f.gradCkpt || plan.ActivationCheckpointing.Present || j.fp.ActivationCkpt, CPUCheckpoint: plan.ActivationCheckpointing.CPUCheckpointing,
 		KeepAfterForward: j.fp.KeepAfterForward, WrapMinNumParams: j.fp.WrapMinNumParams,
 		SaveDir: f.saveDir, SaveInterval: f.saveEvery, LoadDir: f.loadDir, Timeout: f.commTimeout,
@@ -105,7 +108,7 @@ func (j *trainJob) train() (trainResult, error) {
 			}
 			fmt.Fprintf(stdout, "saved %s (%s, %.2f s)\n", ev.Path(), mem.FormatBytes(dirSize(ev.Path())), ev.Elapsed.Seconds())
 		},
-		Warn: func(msg string) { fmt.Fprintf(j.stderr, "dszero train: warning: %s\n", msg) }},
+		Warn: func(msg string) { fmt.Fprintf(j.stderr, "dszero train: warning: %s\n", msg) }, Stdout: stdout},
 		func(r train.Record) error {
 			if layout != nil {
 				layout.log(r)
@@ -117,6 +120,9 @@ func (j *trainJob) train() (trainResult, error) {
 			res.ran++
 			if bar != nil {
 				bar.Add(1)
+			}
+			if err := mon.write(r); err != nil {
+				return err
 			}
 			if logw != nil {
 				if err := logw.Encode(r); err != nil {
@@ -153,6 +159,9 @@ func (j *trainJob) stepLine(r train.Record, el time.Duration, ran int) {
 				b.GatherWaitMS, b.ReduceWaitMS, b.Gathers, b.Prefetched)
 		}
 		fmt.Fprintln(stdout)
+		if len(b.SentBytes) > 0 {
+			fmt.Fprintf(stdout, "      sent (rank 0) | %s\n", formatSent(b.SentBytes))
+		}
 	}
 }
 
@@ -161,10 +170,11 @@ func (j *trainJob) stepLine(r train.Record, el time.Duration, ran int) {
 func (j *trainJob) report(res trainResult) error {
 	stdout := j.stdout
 	if res.saveModel != "" && j.l.lead() {
-		if err := gpt.SaveDir(res.saveModel, j.mcfg, res.final); err != nil {
+		what, err := j.saveModel(res.saveModel, res.final)
+		if err != nil {
 			return fmt.Errorf("--save-model: %w", err)
 		}
-		fmt.Fprintf(stdout, "consolidated weights written to %s (model.safetensors + config.json)\n", res.saveModel)
+		fmt.Fprintf(stdout, "consolidated weights written to %s (%s)\n", res.saveModel, what)
 	}
 	first, last, el := res.first, res.last, res.elapsed
 	tokens := float64(res.ran*j.B*j.T*j.gas*j.nproc) / el.Seconds()

@@ -40,6 +40,7 @@ type trainJob struct {
 	// model
 	mcfg    gpt.Config
 	weights *gpt.Weights // --model DIR: every rank reads only what it holds
+	lm      *llamaJob    // a Llama-family model instead (train_llama.go)
 	// data
 	corpus    *data.Corpus
 	T, B, gas int // tokens per sample, micro-batch, accumulation steps
@@ -70,6 +71,7 @@ func (j *trainJob) compilePlan() error {
 	} else {
 		var err error
 		var note string
+		f.hf.fillHiddenSize(f.modelArg) // hfmodel.go
 		if j.plan, diags, note, err = compileDSConfig(f.cfgPath, j.nproc, f.hf); err != nil {
 			return err
 		}
@@ -123,9 +125,9 @@ func (j *trainJob) newRanks() error {
 	return nil
 }
 
-// loadModel is --model: a preset, or a Hugging Face GPT-2 directory whose
-// weights every rank reads only what it holds of.
-func (j *trainJob) loadModel() error {
+// loadGPT is --model for a GPT: a preset, or a Hugging Face GPT-2
+// directory whose weights every rank reads only what it holds of.
+func (j *trainJob) loadGPT() error {
 	arg := j.f.modelArg
 	st, err := os.Stat(arg)
 	if err != nil || !st.IsDir() {
@@ -147,27 +149,14 @@ func (j *trainJob) loadModel() error {
 // loadData is --data, --seq and the step count: the corpus and the loader
 // that hands each rank its micro-batches.
 func (j *trainJob) loadData() error {
-	f, mcfg := j.f, j.mcfg
-	j.corpus = data.TinyShakespeare()
-	switch f.dataPath {
-	case "":
-	case "random":
-		j.corpus = data.Random(mcfg.Vocab, 1<<20, f.seed)
-	default:
-		var err error
-		if j.corpus, err = data.Load(f.dataPath); err != nil {
-			return err
-		}
-	}
-	if j.corpus.Vocab > mcfg.Vocab {
-		return fmt.Errorf("--data %s has token ids up to %d but the model's vocabulary is %d; use a model with a larger vocabulary", j.corpus.Name, j.corpus.Vocab-1, mcfg.Vocab)
-	}
+	f := j.f
+	vocab, context := j.modelShape()
 	j.T = f.seq
 	if j.T == 0 {
-		j.T = min(mcfg.Context, 128)
+		j.T = min(context, 128)
 	}
-	if j.T > mcfg.Context {
-		return fmt.Errorf("--seq %d is longer than the model's context of %d tokens", j.T, mcfg.Context)
+	if j.T > context {
+		return fmt.Errorf("--seq %d is longer than the model's context of %d tokens", j.T, context)
 	}
 	hf := f.hf.args()
 	switch {
@@ -181,6 +170,23 @@ func (j *trainJob) loadData() error {
 		j.steps = 100
 	}
 	j.B, j.gas = int(j.plan.Batch.TrainMicroBatchSizePerGPU), int(j.plan.Batch.GradientAccumulationSteps)
+	if f.dataPath != "" && f.dataPath != "random" && data.IsRecordData(f.dataPath) {
+		return j.loadRecords()
+	}
+	j.corpus = data.TinyShakespeare()
+	switch f.dataPath {
+	case "":
+	case "random":
+		j.corpus = data.Random(vocab, 1<<20, f.seed)
+	default:
+		var err error
+		if j.corpus, err = data.Load(f.dataPath); err != nil {
+			return err
+		}
+	}
+	if j.corpus.Vocab > vocab {
+		return fmt.Errorf("--data %s has token ids up to %d but the model's vocabulary is %d; use a model with a larger vocabulary", j.corpus.Name, j.corpus.Vocab-1, vocab)
+	}
 	var err error
 	j.loader, err = data.NewLoader(j.corpus, data.Layout{B: j.B, T: j.T, GAS: j.gas, World: int(j.plan.DataParallelSize())}) // Ulysses: a shard per sequence-parallel group
 	return err

@@ -250,3 +250,17 @@ func explainCheckpoints(w io.Writer, p dsconfig.Plan) {
 		fmt.Fprintf(w, "  stage3_gather_16bit_weights_on_model_save: the consolidated weights also go to DIR/consolidated (model.safetensors)\n")
 	}
 }
+
+// epochs is the Trainer's state.epoch after a number of steps of the
+// run's data: the fine-tuning records' epochs, or the corpus windows'.
+func (j *trainJob) epochs(b train.Batches) func(int64) float64 {
+	if sb, ok := b.(*sftBatches); ok {
+		for _, ld := range sb.loaders { // every rank's loader has the same layout
+			return func(s int64) float64 { return ld.Epoch(int(s)) }
+		}
+	}
+	if j.loader != nil {
+		return func(s int64) float64 { return j.loader.Epoch(int(s)) }
+	}
+	return func(int64) float64 { return 0 }
+}

@@ -184,6 +184,29 @@ func Reference(dt device.DType, op comm.Op, vals []float32) uint32 {
 	return math.Float32bits(s)
 }
 
+// RingOrder is vals, one element's values in rank order, in the order
+// gloo's ring all-reduce of n elements of esize bytes adds them (see
+// comm.ReduceRing): element i lies in block j = i / b, whose sum starts
+// at rank j−1 and goes down the ring to rank j. Written here from gloo's
+// segment arithmetic, apart from comm.RingBlock.
+func RingOrder(vals []float32, i, n, esize int) []float32 {
+	w := len(vals)
+	if w <= 2 {
+		return vals
+	}
+	bytes := n * esize
+	maxSeg := (1 << 20) / esize * esize
+	segs := max((bytes+maxSeg-1)/maxSeg, 2*w)
+	segs = (segs + w - 1) / w * w
+	seg := ((bytes+segs-1)/segs + esize - 1) / esize // elements per segment
+	j := i / (seg * segs / w)
+	out := make([]float32, w)
+	for k := range out {
+		out[k] = vals[((j-1-k)%w+w)%w]
+	}
+	return out
+}
+
 // poison fills the parts of an output that a collective must overwrite.
 const poison = float32(-12345)
 
@@ -213,6 +236,9 @@ func checkCase(ctx context.Context, c comm.Comm, tc Case) error {
 		for i := range want {
 			for r := range in {
 				col[r] = in[r][off+i]
+			}
+			if tc.Kind == comm.KindAllReduce {
+				col = RingOrder(col, i, m, tc.DType.Size())
 			}
 			want[i] = Reference(tc.DType, tc.Op, col)
 		}

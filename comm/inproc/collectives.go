@@ -42,13 +42,14 @@ func chunk(n, size, r int) (lo, hi int) { return n * r / size, n * (r + 1) / siz
 // each rank touches only memory no other rank touches:
 //
 //   - all_reduce: rank r reduces elements chunk(r) of every rank's buffer,
-//     in rank order, and writes the result into chunk(r) of every rank's
-//     buffer. Each rank reads and writes the buffer's size once — the
+//     in gloo's ring order (comm.ReduceRing), and writes the result into
+//     chunk(r) of every rank's buffer. Each rank reads and writes the buffer's size once — the
 //     traffic of one memcpy — and the ranks work in parallel.
 //   - reduce_scatter: rank r reduces chunk r of every rank's in into its
 //     out (which may be its own chunk r of in).
 //   - all_gather: rank r copies every rank's in into its out, skipping its
 //     own chunk when it is in place.
+//   - all_to_all: rank r copies chunk r of every rank's in into its out.
 //   - broadcast: every rank but the root copies the root's buffer.
 func (c *rankComm) move(rd *round, x *call) {
 	n := c.g.size()
@@ -62,7 +63,7 @@ func (c *rankComm) move(rd *round, x *call) {
 		for k, o := range rd.calls {
 			bufs[k] = o.Out.Slice(lo, hi)
 		}
-		comm.Reduce(bufs, bufs, x.Op)
+		comm.ReduceRing(bufs, bufs, x.Op, lo, x.Out.Len())
 	case comm.KindReduceScatter:
 		m := x.Out.Len()
 		for k, o := range rd.calls {
@@ -75,6 +76,11 @@ func (c *rankComm) move(rd *round, x *call) {
 			if dst := x.Out.Slice(k*m, (k+1)*m); !comm.Same(dst, o.In) {
 				comm.Copy(dst, o.In)
 			}
+		}
+	case comm.KindAllToAll:
+		m := x.Out.Len() / n
+		for k, o := range rd.calls {
+			comm.Copy(x.Out.Slice(k*m, (k+1)*m), o.In.Slice(c.rank*m, (c.rank+1)*m))
 		}
 	case comm.KindBroadcast:
 		if c.rank != x.Root {

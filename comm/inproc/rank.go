@@ -26,7 +26,12 @@ type rankComm struct {
 	bufs []comm.Buffer // worker scratch: one view per rank
 }
 
-var _ comm.Comm = (*rankComm)(nil)
+var _ comm.AllToAller = (*rankComm)(nil)
+
+// AllToAll implements comm.AllToAller.
+func (c *rankComm) AllToAll(ctx context.Context, out, in comm.Buffer) comm.Handle {
+	return c.issue(ctx, comm.Args{Kind: comm.KindAllToAll, Out: out, In: in})
+}
 
 // call is one collective on one rank, and its comm.Handle.
 type call struct {
@@ -73,7 +78,7 @@ func (s signature) String() string {
 	switch s.kind {
 	case comm.KindAllReduce, comm.KindReduceScatter:
 		return fmt.Sprintf("%v(%v[%d], %v)", s.kind, s.dtype, s.n, s.op)
-	case comm.KindAllGather:
+	case comm.KindAllGather, comm.KindAllToAll:
 		return fmt.Sprintf("%v(%v[%d])", s.kind, s.dtype, s.n)
 	case comm.KindBroadcast:
 		return fmt.Sprintf("%v(%v[%d], root %d)", s.kind, s.dtype, s.n, s.root)

@@ -43,6 +43,8 @@ func (c *communicator) run(x *call) *fault {
 		err = c.reduceScatter(x.Out, x.In, x.Op)
 	case comm.KindAllGather:
 		err = c.allGather(x.Out, x.In)
+	case comm.KindAllToAll:
+		err = c.allToAll(x.Out, x.In)
 	case comm.KindBroadcast:
 		err = c.broadcast(x.Out, x.Root)
 	case comm.KindBarrier:
@@ -74,8 +76,9 @@ func (c *communicator) slot(k int) int {
 //
 //  1. MPI_Alltoallv: rank r receives chunk r of every other rank's segment
 //     (its own chunk stays in place);
-//  2. comm.Reduce: rank r reduces chunk r in rank order 0, 1, …, n−1 into
-//     its own segment — the arithmetic of every backend, bit for bit;
+//  2. comm.ReduceRing: rank r reduces chunk r into its own segment in
+//     gloo's ring order, by each element's place in the whole buffer — the
+//     arithmetic of the in-process backend, bit for bit;
 //  3. MPI_Allgatherv in place (MPI_Allgather when the chunks are equal):
 //     every rank receives every reduced chunk.
 //
@@ -118,7 +121,7 @@ func (c *communicator) allReduce(buf comm.Buffer, op comm.Op) error {
 				srcs[k] = recv.Slice(c.slot(k)*m, (c.slot(k)+1)*m)
 			}
 		}
-		comm.Reduce([]comm.Buffer{own}, srcs, op)
+		comm.ReduceRing([]comm.Buffer{own}, srcs, op, lo+mlo, buf.Len())
 		clear(srcs)
 		if c.gone() {
 			return errGone
@@ -240,6 +243,59 @@ func (c *communicator) allGather(out, in comm.Buffer) error {
 		for k := range n {
 			if k != me || !inPlace {
 				comm.Copy(out.Slice(k*m+a, k*m+b), recv.Slice(k*s, (k+1)*s))
+			}
+		}
+	}
+	return nil
+}
+
+// allToAll is MPI_Alltoallv with equal counts: chunk k of in to rank k,
+// chunk k of out from rank k, this rank's own chunk copied locally. Each
+// chunk is cut into segments of at most maxCount/n elements; when the n
+// chunks exceed maxCount the segments are packed into scratch, one send
+// and one receive buffer per segment (the displacements k·m of in itself
+// would overflow a C int).
+func (c *communicator) allToAll(out, in comm.Buffer) error {
+	n, me, dt := c.Size(), c.rank, in.DType()
+	m := in.Len() / n
+	comm.Copy(out.Slice(me*m, (me+1)*m), in.Slice(me*m, (me+1)*m))
+	if n == 1 || m == 0 {
+		return nil
+	}
+	pack := n*m > c.maxCount
+	step := m
+	if pack {
+		step = max(1, min(c.maxCount, c.scratchMax)/n)
+	}
+	for a := 0; a < m; a += step {
+		if c.gone() {
+			return errGone
+		}
+		b := min(a+step, m)
+		s := b - a
+		send, recv, stride := in.Slice(a, in.Len()), out.Slice(a, out.Len()), m
+		if pack {
+			send, recv, stride = c.s.buffer(0, dt, n*s), c.s.buffer(1, dt, n*s), s
+			for k := range n {
+				if k != me {
+					comm.Copy(send.Slice(k*s, (k+1)*s), in.Slice(k*m+a, k*m+b))
+				}
+			}
+		}
+		sc, sd, rc, rd := c.s.counts(n)
+		for k := range n {
+			sc[k], sd[k] = cint(s), cint(k*stride)
+			rc[k], rd[k] = cint(s), cint(k*stride)
+		}
+		sc[me], rc[me] = 0, 0
+		if err := alltoallv(c.h, comm.Ptr(send), sc, sd, comm.Ptr(recv), rc, rd, typeOf(dt)); err != nil {
+			return err
+		}
+		if pack {
+			for k := range n {
+				if k != me {
+					comm.Copy(out.Slice(k*m+a, k*m+b), recv.Slice(k*s, (k+1)*s))
+				}
 			}
 		}
 	}

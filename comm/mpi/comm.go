@@ -46,7 +46,12 @@ type communicator struct {
 	s scratch // the worker's
 }
 
-var _ comm.Comm = (*communicator)(nil)
+var _ comm.AllToAller = (*communicator)(nil)
+
+// AllToAll implements comm.AllToAller.
+func (c *communicator) AllToAll(ctx context.Context, out, in comm.Buffer) comm.Handle {
+	return c.issue(ctx, comm.Args{Kind: comm.KindAllToAll, Out: out, In: in})
+}
 
 // newComm wraps an MPI communicator and starts its worker. id names it
 // alike on every member, for the control channel: "world" for the world,
@@ -391,7 +396,7 @@ func (s signature) String() string {
 	switch k {
 	case comm.KindAllReduce, comm.KindReduceScatter:
 		d = fmt.Sprintf("%v(%v[%d], %v)", k, dt, n, comm.Op(s[4]))
-	case comm.KindAllGather:
+	case comm.KindAllGather, comm.KindAllToAll:
 		d = fmt.Sprintf("%v(%v[%d])", k, dt, n)
 	case comm.KindBroadcast:
 		d = fmt.Sprintf("%v(%v[%d], root %d)", k, dt, n, s[5])

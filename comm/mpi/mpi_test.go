@@ -157,6 +157,16 @@ func TestRanks(t *testing.T) {
 		}
 	})
 	t.Run("inproc-bits", func(t *testing.T) { checkInproc(t, c) })
+	t.Run("all_to_all", func(t *testing.T) {
+		if err := commtest.CheckAllToAll(ctx, c.(comm.AllToAller)); err != nil {
+			t.Fatal(err)
+		}
+	})
+	t.Run("compressed", func(t *testing.T) {
+		if err := commtest.CheckCompressed(ctx, c); err != nil {
+			t.Fatal(err)
+		}
+	})
 
 	// Split by parity, ordered by descending world rank: np=3 makes
 	// {2, 0} and {1}.

@@ -22,6 +22,8 @@ aio_pinned   NVMe offload. O_DIRECT needs page-aligned buffers but CPU pin_memor
              tensor as is (the swap file stays empty, then an assertion aborts the swap-in), and
              is_pinned() is always False (aio wait() with no pending op aborts): "pinned" is made
              to mean page-aligned.
+onebit_nccl  1-bit optimizers (OneBitAdam, ZeroOneAdam, OneBitLamb with comm_backend_name "nccl"):
+             NcclBackend imports cupy; onebit_backend.py is its compressed_allreduce on gloo.
 nvme_ckpt    NVMe offload + save_checkpoint: every rank copies its swap folder to the same
              <tag>/offloaded_tensors and the second dies with FileExistsError; we emulate the
              upstream fix (e37c37acd, PR #7613): offloaded_tensors/rank<NN>.
@@ -40,6 +42,7 @@ PATCH_NOTES = {
     "aio": "op_compat.install_aio (generic AsyncIOBuilder instead of the CPU accelerator's NotImplementedBuilder)",
     "aio_pinned": "op_compat.install_aligned_pin_memory (O_DIRECT needs page-aligned buffers)",
     "nvme_ckpt": "op_compat.install_nvme_ckpt_fix (per-rank offloaded_tensors/rankNN dir, as upstream e37c37acd)",
+    "onebit_nccl": "onebit_backend.install (NcclBackend.compressed_allreduce ported to gloo: cupy needs CUDA)",
 }
 
 
@@ -242,6 +245,10 @@ def install_for(cfg, rank):
     if (cfg.get("fp16") or {}).get("enabled"):
         install_cpu_fp16()
         applied.append("cpu_fp16")
+    if str((cfg.get("optimizer") or {}).get("type", "")).lower() in ("onebitadam", "zerooneadam", "onebitlamb"):
+        import onebit_backend
+        onebit_backend.install()
+        applied.append("onebit_nccl")
     if uses_nvme(cfg):
         install_aio()
         install_aligned_pin_memory()

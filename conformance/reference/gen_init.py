@@ -4,6 +4,8 @@
   /usr/bin/python3 conformance/reference/gen_init.py --out ROOT/init --key gpt2l --arch gpt \
       [--vocab 64 --context 32 --dim 64 --heads 4 --layers 2 --mlp-width 256 --tied --seq 32]
   /usr/bin/python3 conformance/reference/gen_init.py --out ROOT/init --key mlp4 --arch mlp --sizes 16,64,64,8
+  /usr/bin/python3 conformance/reference/gen_init.py --out ROOT/init --key llama --arch llama \
+      --llama-config config.json [--seq 32]
 
 Writes <key>_init.safetensors (one fp32 tensor per parameter, in named_parameters() order),
 <key>_data.safetensors (leading dims [--steps, --per-step]: "tokens" int64 [.., seq+1] for the GPT,
@@ -14,6 +16,8 @@ harness's TinyGPT/TinyMLP with its seeds and recipes (README.md, "Models"), so
 Init (torch.Generator seeded --init-seed, parameters visited in order):
   GPT: LayerNorm weights 1, biases 0, attn.proj/mlp.proj weights N(0, 0.02/sqrt(2*layers)),
        every other weight N(0, 0.02).   MLP: weights and biases U(-1/sqrt(fan_in), 1/sqrt(fan_in)).
+  Llama: HF's _init_weights (llama_ref.init_weights): Linear and Embedding N(0, initializer_range),
+       biases 0, RMSNorm weights 1. The data is the GPT's recipe with the config's vocab_size.
 Data (generator seeded --data-seed, default 4321 for a GPT, 4322 for an MLP):
   GPT: arithmetic token sequences (start + stride*t) mod vocab, stride 1..7, 10% random tokens.
   MLP: x ~ N(0,1), y = sin(2 x A) + 0.05 noise, A ~ N(0,1)/sqrt(in).
@@ -33,6 +37,9 @@ torch = models = None      # imported in main(), once envsetup.apply() has pinne
 
 def init_weights(model, arch, layers, seed):
     g = torch.Generator().manual_seed(seed)
+    if arch == "llama":
+        model.init_weights(g)
+        return
     with torch.no_grad():
         for name, p in model.named_parameters():
             if arch == "gpt":
@@ -53,7 +60,7 @@ def init_weights(model, arch, layers, seed):
 def make_data(a, steps, per_step, seed):
     g = torch.Generator().manual_seed(seed)
     n = steps * per_step
-    if a.arch == "gpt":
+    if a.arch in ("gpt", "llama"):
         seq = a.seq or a.context
         start = torch.randint(0, a.vocab, (n, 1), generator=g)
         stride = torch.randint(1, 8, (n, 1), generator=g)
@@ -83,6 +90,10 @@ def description(a):
                        (b + "mlp.proj.weight", [d, a.mlp_width]), (b + "mlp.proj.bias", [d])]
         params += [("ln_f.weight", [d]), ("ln_f.bias", [d])] + ([] if a.tied else [("lm_head.weight", [a.vocab, d])])
         extra = {"arch": "gpt", "heads": a.heads, "activation": "gelu_tanh", "loss": "cross_entropy"}
+    elif a.arch == "llama":
+        # the parameters are the module's own (build_model's check is then trivially met)
+        params = [(n, list(p.shape)) for n, p in models.build_llama(a.llama_config).named_parameters()]
+        extra = {"arch": "llama", "llama_config": a.llama_config, "loss": "cross_entropy"}
     else:
         sizes = [int(s) for s in a.sizes.split(",")]
         params = []
@@ -96,7 +107,8 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", required=True, help="the init directory (models.json is updated in place)")
     ap.add_argument("--key", required=True, help="the model's key in models.json (file names <key>_*.safetensors)")
-    ap.add_argument("--arch", required=True, choices=["gpt", "mlp"])
+    ap.add_argument("--arch", required=True, choices=["gpt", "mlp", "llama"])
+    ap.add_argument("--llama-config", default=None, help="llama: a Hugging Face config.json (model_type llama, qwen2, qwen3, mistral)")
     ap.add_argument("--vocab", type=int, default=64)
     ap.add_argument("--context", type=int, default=32)
     ap.add_argument("--seq", type=int, default=0, help="tokens per sample minus one (default: --context)")
@@ -117,12 +129,18 @@ def main():
     import torch            # noqa: E402
     import models           # noqa: E402
 
+    if a.arch == "llama":
+        if not a.llama_config:
+            ap.error("--arch llama needs --llama-config config.json")
+        with open(a.llama_config) as f:
+            a.llama_config = json.load(f)
+        a.vocab, a.context = a.llama_config["vocab_size"], a.llama_config["max_position_embeddings"]
     desc = description(a)
     model = models.build_model(desc)           # also checks the description against the module
     init_weights(model, a.arch, a.layers, a.init_seed)
     sd = {n: p.detach().clone() for n, p in model.named_parameters()}
     data = make_data(a, a.steps, a.per_step, a.data_seed if a.data_seed is not None
-                     else 4321 + (0 if a.arch == "gpt" else 1))
+                     else 4321 + (0 if a.arch != "mlp" else 1))
     os.makedirs(a.out, exist_ok=True)
     p_init = os.path.join(a.out, f"{a.key}_init.safetensors")
     p_data = os.path.join(a.out, f"{a.key}_data.safetensors")

@@ -10,7 +10,12 @@ description alone, as dszero does:
   tanh-GELU, causal softmax attention with head size 16 unless the entry says "heads",
   cross-entropy on fp32 logits; without lm_head the output reuses wte.weight);
 * fc1, fc2, ... (weight, bias): Linear layers with ReLU between them and a mean-squared
-  error on fp32 outputs.
+  error on fp32 outputs;
+* model.embed_tokens, model.layers.<i>.{self_attn, mlp, input_layernorm,
+  post_attention_layernorm}, model.norm[, lm_head] ("arch": "llama"): a LlamaForCausalLM /
+  Qwen2 / Qwen3 / Mistral of the entry's "llama_config" (a config.json), model/llama's own
+  plain-PyTorch twin of transformers (model/llama/testdata/reference/llama_ref.py), fp32 only,
+  cross-entropy on the shifted tokens as GPT's.
 
 These are, op for op, the harness's TinyGPT and TinyMLP (shared/reference/harness), so a
 shipped case regenerated here gives the same numbers. With float16 parameters (an "fp16"
@@ -136,9 +141,49 @@ class Block(nn.Module):
         self.ln2 = LayerNorm(d, eps=LN_EPS)
         self.mlp = MLPBlock(d, width)
 
-    def forward(self, x):
-        x = _op(torch.add, x, self.attn(self.ln1(x)))
-        return _op(torch.add, x, self.mlp(self.ln2(x)))
+    def forward(self, x, keep=True, scale=1.0):
+        """Progressive layer drop as DeepSpeedExamples' bing_bert PLD layer runs it: a dropped block
+        is the identity; a kept one scales both residual branches by 1/keep_prob."""
+        if not keep:
+            return x
+        if scale == 1.0:
+            x = _op(torch.add, x, self.attn(self.ln1(x)))
+            return _op(torch.add, x, self.mlp(self.ln2(x)))
+        x = _op(torch.add, x, self.attn(self.ln1(x)) * scale)
+        return _op(torch.add, x, self.mlp(self.ln2(x)) * scale)
+
+
+_M64 = (1 << 64) - 1
+
+
+def go_pcg_float64s(seed1, seed2, n):
+    """n draws of Go's math/rand/v2 rand.New(rand.NewPCG(seed1, seed2)).Float64(): a 128-bit LCG
+    with DXSM output, the top 53 bits over 2^53. dszero seeds one per forward (train/knobs.go)."""
+    mul, inc = (2549297995355413924 << 64) | 4865540595714422341, (6364136223846793005 << 64) | 1442695040888963407
+    state, out = (seed1 << 64) | seed2, []
+    for _ in range(n):
+        state = (state * mul + inc) & ((1 << 128) - 1)
+        hi, lo = state >> 64, state & _M64
+        hi ^= hi >> 32
+        hi = (hi * 0xda942042e4dd58b5) & _M64
+        hi ^= hi >> 48
+        hi = (hi * (lo | 1)) & _M64
+        out.append((hi & ((1 << 53) - 1)) / float(1 << 53))
+    return out
+
+
+def pld_draws(theta, layers, step, micro, seed=0):
+    """dszero's layer drop for one forward (train/knobs.go drawLayers): block i runs with probability
+    p_i = 1 - i(1-theta)/L and scales by 1/p_{i+1}, drawn from Go's PCG seeded with (seed,
+    0x706c64<<40 | step<<16 | micro) -- the same draws on every rank, as numpy's seeded generator
+    gives in DeepSpeedExamples."""
+    u = go_pcg_float64s(seed, (0x706c64 << 40 | step << 16 | micro) & _M64, layers)
+    step_p, p, out = (1 - theta) / layers, 1.0, []
+    for i in range(layers):
+        keep = u[i] < p
+        p -= step_p
+        out.append((keep, float(np.float32(1 / p))))
+    return out
 
 
 class GPT(nn.Module):
@@ -154,12 +199,22 @@ class GPT(nn.Module):
         if not tied:
             self.lm_head = Linear(d, vocab, bias=False)
 
-    def forward(self, tokens):
+    def forward(self, tokens, curriculum_seqlen=None, progressive_layer_drop=False, pld_theta=None):
         idx, targets = tokens[:, :-1], tokens[:, 1:]
+        if curriculum_seqlen is not None:
+            # DeepSpeed's legacy seqlen curriculum: the engine passes the length, and the model keeps the
+            # first curriculum_seqlen positions of inputs and labels (as Megatron-DeepSpeed's GPT does)
+            idx, targets = idx[:, :curriculum_seqlen], targets[:, :curriculum_seqlen]
         pos = torch.arange(idx.shape[1], device=idx.device)
         x = _op(lambda a, b: a + b[None], self.wte(idx), self.wpe(pos))
-        for blk in self.blocks:
-            x = blk(x)
+        if progressive_layer_drop:
+            # the engine passes pld_theta; rank_train.py sets pld_at = (step, micro-step) before each forward
+            draws = pld_draws(float(pld_theta), len(self.blocks), *self.pld_at)
+            for blk, (keep, scale) in zip(self.blocks, draws):
+                x = blk(x, keep, scale)
+        else:
+            for blk in self.blocks:
+                x = blk(x)
         h = self.ln_f(x)
         logits = _op(F.linear, h, self.wte.weight) if self.tied else self.lm_head(h)
         # the loss is always computed on fp32 logits (a no-op cast for fp32 runs)
@@ -186,6 +241,36 @@ class MLP(nn.Module):
         return F.mse_loss(h.float(), y.float())
 
 
+# ----------------------------------------------------------------------------- Llama family
+_LLAMA_REF = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "model", "llama", "testdata", "reference")
+
+
+def build_llama(config):
+    """model/llama's reference LlamaForCausalLM of a config.json dict, whose forward takes int64
+    tokens [B, T+1] as the GPT's and returns the mean cross-entropy of tokens[:, 1:]. The head is
+    called as a module (not F.linear on its weight), so ZeRO-3's hooks gather it."""
+    import sys
+    if _LLAMA_REF not in sys.path:
+        sys.path.insert(0, _LLAMA_REF)
+    import llama_ref
+
+    class LlamaCase(llama_ref.ForCausalLM):
+        def forward(self, tokens):
+            idx, targets = tokens[:, :-1], tokens[:, 1:]
+            B, T = idx.shape
+            position_ids = torch.arange(T)[None].expand(B, T)
+            h = self.model.embed_tokens(idx)
+            cos, sin = llama_ref.rotary(self.cfg, position_ids, h.dtype)
+            for layer in self.model.layers:
+                h = layer(h, cos, sin, position_ids)
+            h = self.model.norm(h)
+            if self.cfg.tie_word_embeddings:
+                raise SystemExit("llama: tied embeddings are not built here (ZeRO-3 would not gather the head)")
+            return llama_ref.loss(self.lm_head(h), targets)
+
+    return LlamaCase(llama_ref.Cfg(config))
+
+
 # ----------------------------------------------------------------------------- description
 _BLOCK = re.compile(r"^blocks\.(\d+)\.")
 _FC = re.compile(r"^fc(\d+)\.weight$")
@@ -199,6 +284,8 @@ def arch_of(desc):
         return "gpt"
     if names and re.match(r"^fc\d+\.(weight|bias)$", names[0]):
         return "mlp"
+    if "model.embed_tokens.weight" in names:
+        return "llama"
     raise SystemExit(f"models.json: unknown architecture (first parameter {names[:1]})")
 
 
@@ -221,6 +308,10 @@ def build_model(desc):
                 raise SystemExit(f"mlp: {key} {desc[key]!r} is not built here (only {want})")
         ws = [shape[f"fc{i}.weight"] for i in sorted(int(m.group(1)) for m in map(_FC.match, shape) if m)]
         model = MLP([ws[0][1]] + [w[0] for w in ws])
+    elif arch == "llama":
+        if desc.get("loss", "cross_entropy") != "cross_entropy":
+            raise SystemExit(f"llama: loss {desc['loss']!r} is not built here (only cross_entropy)")
+        model = build_llama(desc["llama_config"])
     else:
         raise SystemExit(f"architecture {arch!r} is not built here")
     got = [(n, list(p.shape)) for n, p in model.named_parameters()]
@@ -249,7 +340,7 @@ class Data:
     def __init__(self, path, arch):
         t, _ = load_safetensors(path)
         self.arch = arch
-        if arch == "gpt":
+        if arch in ("gpt", "llama"):
             tok = t["tokens"]
             self.tensors = [tok.reshape(-1, tok.shape[-1])]
         else:
@@ -262,4 +353,4 @@ class Data:
         if first + B <= self.n:                     # the common case: a plain slice (no copy)
             idx = slice(first, first + B)
         parts = [t[idx] for t in self.tensors]
-        return parts[0] if self.arch == "gpt" else tuple(parts)
+        return parts[0] if self.arch in ("gpt", "llama") else tuple(parts)

@@ -164,6 +164,7 @@ def train(spec, resume, res):
         t0 = time.perf_counter()
         micro = []
         for m in range(gas):
+            engine.module.pld_at = (s, m)    # the draws of progressive layer drop (models.pld_draws)
             loss = engine(data.micro_batch(s, m, RANK, B, gas, world))
             engine.backward(loss)
             engine.step()

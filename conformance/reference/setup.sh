@@ -12,7 +12,7 @@ DS_COMMIT=eb07d41f959bda6c76b106c1c1c40493720b2fb8
 DS_SRC=${DS_SRC:-$HOME/.cache/dszero-ref/deepspeed-src}
 
 PKGS="python3-torch libtorch-dev python3-numpy python3-pydantic python3-psutil python3-tqdm python3-packaging
-      python3-cpuinfo python3-dev g++ ninja-build numactl libaio-dev libopenblas0-pthread"
+      python3-cpuinfo python3-dev pybind11-dev g++ ninja-build numactl libaio-dev libopenblas0-pthread"
 missing=""
 for p in $PKGS; do dpkg -s "$p" >/dev/null 2>&1 || missing="$missing $p"; done
 if [ -n "$missing" ]; then

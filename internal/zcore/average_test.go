@@ -126,7 +126,10 @@ func TestAveraging16(t *testing.T) {
 				t.Fatal(err)
 			}
 			for i := range in[0] {
-				want := tc.want([3]float32{in[0][i], in[1][i], in[2][i]})
+				// Every element is in ring block 0 of its two-element
+				// all-reduce (comm.ReduceRing), which adds rank 2's value,
+				// then rank 1's, then rank 0's.
+				want := tc.want([3]float32{in[2][i], in[1][i], in[0][i]})
 				for r := range 3 {
 					if math.Float32bits(got[r][i]) != math.Float32bits(want) {
 						t.Errorf("%s: rank %d element %d = %v, want %v", name, r, i, got[r][i], want)

@@ -93,6 +93,7 @@ type Model struct {
 	sink model.GradSink
 
 	state passState
+	drop  layerDrop // progressive layer drop (pld.go)
 	jobs  jobs
 
 	sp *ulysses // sequence parallelism; nil without
@@ -301,7 +302,7 @@ func (m *Model) Forward(b model.Batch) (float32, error) {
 		if err := m.hook(model.HookBeforeForward, 1+l); err != nil {
 			return 0, err
 		}
-		m.blockForward(l, a.res[l], m.blockActs(l), a.res[l+1])
+		m.blockForwardPLD(l, a.res[l], m.blockActs(l), a.res[l+1])
 		if err := m.hook(model.HookAfterForward, 1+l); err != nil {
 			return 0, err
 		}
@@ -390,9 +391,9 @@ func (m *Model) Backward(dlossScale float32) error {
 			return err
 		}
 		if m.opt.Checkpoint {
-			m.blockForward(l, a.res[l], m.blockActs(l), nil) // recompute
+			m.blockForwardPLD(l, a.res[l], m.blockActs(l), nil) // recompute
 		}
-		m.blockBackward(l, a.res[l], m.blockActs(l), a.dres)
+		m.blockBackwardPLD(l, a.res[l], m.blockActs(l), a.dres)
 		if err := m.hook(model.HookAfterBackward, 1+l); err != nil {
 			return err
 		}
@@ -438,11 +439,7 @@ func (m *Model) blockForward(l int, x []float32, ba *blockActs, out []float32) {
 	N, C, M := B*T, m.cfg.Dim, m.cfg.MLP
 	m.layernormForward(ba.ln1, ba.ln1Mean, ba.ln1Rstd, x, p.ln1w, p.ln1b, N)
 	m.matmulForward(ba.qkv, ba.ln1, p.qkvw, p.qkvb, N, C, 3*C)
-	if m.sp != nil {
-		m.spAttentionForward(l, ba.atty, ba.qkv)
-	} else {
-		m.attentionForward(ba.atty, ba.att, ba.qkv, m.a.dx, B, T) // dx is free in any forward
-	}
+	m.attentionForward(ba.atty, ba.att, ba.qkv, m.a.dx, B, T) // dx is free in any forward
 	m.matmulForward(ba.res2, ba.atty, p.attprojw, p.attprojb, N, C, C)
 	m.residualForward(ba.res2, x, ba.res2)
 	m.layernormForward(ba.ln2, ba.ln2Mean, ba.ln2Rstd, ba.res2, p.ln2w, p.ln2b, N)
@@ -466,11 +463,7 @@ func (m *Model) blockBackward(l int, x []float32, ba *blockActs, dres []float32)
 	m.layernormBackward(a.dx, g.ln2w, g.ln2b, a.dln, ba.res2, p.ln2w, ba.ln2Mean, ba.ln2Rstd, N)
 	m.residualBackward(dres, a.dx) // dres = d(res2)
 	m.matmulBackward(a.datty, g.attprojw, g.attprojb, dres, ba.atty, p.attprojw, N, C, C)
-	if m.sp != nil {
-		m.spAttentionBackward(l, a.dqkv, a.datty)
-	} else {
-		m.attentionBackward(a.dqkv, a.datt, a.datty, ba.qkv, ba.att, a.dx, B, T) // dx is written next
-	}
+	m.attentionBackward(a.dqkv, a.datt, a.datty, ba.qkv, ba.att, a.dx, B, T) // dx is written next
 	m.matmulBackward(a.dln, g.qkvw, g.qkvb, a.dqkv, ba.ln1, p.qkvw, N, C, 3*C)
 	m.layernormBackward(a.dx, g.ln1w, g.ln1b, a.dln, x, p.ln1w, ba.ln1Mean, ba.ln1Rstd, N)
 	m.residualBackward(dres, a.dx) // dres = d(x)

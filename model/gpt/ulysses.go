@@ -237,19 +237,23 @@ func (m *Model) spShape() attnShape {
 	return attnShape{T: u.Tl * u.size, C: m.cfg.Dim / u.size, NH: m.cfg.Heads / u.size, scratch: u.tr, round: m.opt.Round, bf16: m.bf16}
 }
 
-// spIndex is the SP activation set of block l.
-func (m *Model) spIndex(l int) int {
-	if m.opt.Checkpoint {
-		return 0
+// blockOf is the index of the activation set whose qkv this is (the
+// block, or 0 with checkpointing): the SP activations of the same index
+// go with it. Every caller of the attention (blockForward, the layer-drop
+// and other variants of it) passes a set's own qkv.
+func (m *Model) blockOf(qkv []float32) int {
+	for i := range m.a.blocks {
+		if &m.a.blocks[i].qkv[0] == &qkv[0] {
+			return i
+		}
 	}
-	return l
+	panic("gpt: the attention's qkv is no block's")
 }
 
-// spAttentionForward is attentionForward under sequence parallelism:
-// qkv (B, Tl, 3C) in, out (B, Tl, C).
-func (m *Model) spAttentionForward(l int, out, qkv []float32) {
+// spAttentionForward is attentionForward under sequence parallelism for
+// activation set i: qkv (B, Tl, 3C) in, out (B, Tl, C).
+func (m *Model) spAttentionForward(i int, out, qkv []float32) {
 	u, C := m.sp, m.cfg.Dim
-	i := m.spIndex(l)
 	u.seq2head(u.qkv[i], qkv, C, 3)
 	sh := m.spShape()
 	m.jobs.attn = attnJob{out: u.y, att: u.att[i], qkv: u.qkv[i], attnShape: sh}
@@ -258,11 +262,10 @@ func (m *Model) spAttentionForward(l int, out, qkv []float32) {
 	u.head2seq(out, u.y, C, 1)
 }
 
-// spAttentionBackward is attentionBackward under sequence parallelism:
-// dout (B, Tl, C) in, dqkv (B, Tl, 3C) out.
-func (m *Model) spAttentionBackward(l int, dqkv, dout []float32) {
+// spAttentionBackward is attentionBackward under sequence parallelism for
+// activation set i: dout (B, Tl, C) in, dqkv (B, Tl, 3C) out.
+func (m *Model) spAttentionBackward(i int, dqkv, dout []float32) {
 	u, C := m.sp, m.cfg.Dim
-	i := m.spIndex(l)
 	u.seq2head(u.y, dout, C, 1)
 	sh := m.spShape()
 	m.jobs.attnB = attnBackJob{dqkv: u.dqkv, datt: u.datt, dout: u.y, qkv: u.qkv[i], att: u.att[i], attnShape: sh}

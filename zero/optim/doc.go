@@ -93,6 +93,22 @@
 // (4 rounded squares added, then fmas); its sum is the 4-level cascade of
 // SumKernel.cpp. Both are reproduced and golden-tested.
 //
+// # Compressed communication: the 1-bit optimizers
+//
+// OneBitAdam, ZeroOneAdam and OneBitLamb are DeepSpeed 0.14.5's
+// runtime/fp16/onebit/{adam,zoadam,lamb}.py, step for step (the
+// initialization pass of their first step included). They are Exchanging
+// optimizers: their step communicates — the momentum (or 0/1 Adam's
+// gradients and accumulated updates) through comm's compressed all-reduce,
+// each tensor padded to a multiple of world·lcm(world, 8) with its own
+// error feedback — and LocalGradients tells ZeRO stage 0 when to skip its
+// gradient all-reduce (DeepSpeed's engine.enable_backward_allreduce).
+// DeepSpeed's update without bias correction, its float32 tensor
+// arithmetic in order and its Python-float scalars are kept; norms are
+// summed in float64. conformance/reference/onebit_adam_ref.py runs
+// DeepSpeed's own classes for the golden files the zero package's tests
+// compare against.
+//
 // # Vector kernels
 //
 // On amd64 CPUs with AVX2 and FMA3 (golang.org/x/sys/cpu), the Adam
