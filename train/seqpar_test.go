@@ -10,6 +10,7 @@ import (
 	"github.com/dszero/dszero/dsconfig"
 	"github.com/dszero/dszero/internal/fdiff"
 	"github.com/dszero/dszero/mem"
+	"github.com/dszero/dszero/model"
 	"github.com/dszero/dszero/model/llama"
 	"github.com/dszero/dszero/model/mlp"
 	"github.com/dszero/dszero/zero/lrsched"
@@ -196,5 +197,54 @@ func TestSeqParallelLlama(t *testing.T) {
 				t.Errorf("differs from one rank: losses %.2e, weights %.2e relative", lrel, wrel)
 			}
 		})
+	}
+}
+
+// sharedDenom is a Batches whose micro-batches carry LossDenom, the
+// count of targets over the whole global step (HF's num_items_in_batch),
+// as the SFT loader sets it.
+type sharedDenom struct {
+	Batches
+	denom float64
+}
+
+func (s sharedDenom) Batch(step, micro, rank int, b *model.Batch) error {
+	err := s.Batches.Batch(step, micro, rank, b)
+	b.LossDenom = s.denom
+	return err
+}
+
+// TestSeqParallelSharedLoss: with LossDenom set (each micro-batch's loss a
+// share of the step's sum) sp 2 × dp 2 trains and logs like one rank on
+// the same global batch: the logged step loss counts each SP group once.
+func TestSeqParallelSharedLoss(t *testing.T) {
+	g := loadGPT(t)
+	run := func(world, sp int) ([]Record, []float32) {
+		t.Helper()
+		dp := world / sp
+		plan, err := dsconfig.Load(withSP(harnessJSON(3, 2, 2*2/dp, 20000, false), sp), dsconfig.Options{WorldSize: world})
+		if err != nil {
+			t.Fatal(err)
+		}
+		devs := make([]Device, world)
+		for r := range devs {
+			devs[r] = Device{Acct: mem.NewAccountant(r), Gemm: g.gemm}
+		}
+		src := gptSamples{tokens: g.tokens, B: 2, gas: int(plan.Batch.GradientAccumulationSteps), world: dp}
+		var recs []Record
+		final, err := Run(Config{Plan: plan, Model: g.cfg, Init: g.init, Batches: sharedDenom{Tokens(src, 32), 2 * 32 * 4}, SeqLen: 32, Steps: 3,
+			ReturnParams: true, Devices: devs, Workers: 1}, func(r Record) error { recs = append(recs, r); return nil })
+		if err != nil {
+			t.Fatal(err)
+		}
+		return recs, final
+	}
+	base, bw := run(1, 1)
+	recs, w := run(4, 2)
+	lrel := maxRel(recs, base)
+	_, wrel := fdiff.Weights(w, bw)
+	t.Logf("losses %v vs %v", recs[0].Loss, base[0].Loss)
+	if lrel > 1e-6 || wrel > 1e-6 {
+		t.Errorf("sp 2 × dp 2 with LossDenom differs from one rank: losses %.2e, weights %.2e relative", lrel, wrel)
 	}
 }
