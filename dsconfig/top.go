@@ -20,7 +20,7 @@ var topLevelKeys = []string{
 	"use_data_before_expert_parallelism", "hybrid_engine", "sparse_attention", "pipeline",
 	"progressive_layer_drop", "curriculum_learning", "data_efficiency", "checkpoint", "data_types",
 	"aio", "dataloader_drop_last", "log_level", "nebula", "datastates", "weight_quantization", "compile",
-	"timers", "tensor_parallel", "expert_parallel", "elasticity", "sequence_parallel_size",
+	"timers", "tensor_parallel", "expert_parallel", "elasticity", "sequence_parallel_size", "seq_parallel_comm_data_type",
 	"gradient_allreduce_op", "vocabulary_size",
 }
 
@@ -87,11 +87,7 @@ func (c *compiler) readTop(top *block) {
 			c.s.warnf(vs.v, vs.path, "pad the vocabulary to a multiple of 8", "vocabulary_size %d is not a multiple of 8 (DeepSpeed warns: slower on tensor cores)", n)
 		}
 	}
-	sp := top.get("sequence_parallel_size")
-	p.SequenceParallelSize = sp.Int(1, 1)
-	if p.SequenceParallelSize > 1 {
-		c.s.unsupportedf(sp.v, sp.path, "remove it", "Ulysses sequence parallelism (sequence_parallel_size %d) is not supported by dszero", p.SequenceParallelSize)
-	}
+	c.readSeqParallel(top) // seqpar.go
 
 	c.readOptimizer(top)
 	c.readScheduler(top)

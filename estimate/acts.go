@@ -32,8 +32,12 @@ import (
 // cpu_checkpointing). Every line is mem.Activations.
 func Activations(c gpt.Config, B, T int, checkpoint, cpuCheckpoint bool) []Line {
 	c = c.WithDefaults()
+	return activations(c, B, T, int64(B*c.Heads)*int64(T)*int64(T), checkpoint, cpuCheckpoint)
+}
+
+// activations is Activations with A given (0 under sequence parallelism).
+func activations(c gpt.Config, B, T int, A int64, checkpoint, cpuCheckpoint bool) []Line {
 	N, C, M, V, L := int64(B*T), int64(c.Dim), int64(c.MLP), int64(c.Vocab), int64(c.Layers)
-	A := int64(B*c.Heads) * int64(T) * int64(T)
 	block := 4*N*C + 3*N*C + 4*N + 2*N*M + A
 	sets := L
 	if checkpoint {

@@ -100,7 +100,11 @@
 // Activations counts what package gpt keeps from forward for backward, per
 // block and for the head, plus the backward scratch, with and without
 // activation checkpointing (one block set instead of L); the attention
-// probabilities are B·NH·T² per block, so they grow with T².
+// probabilities are B·NH·T² per block, so they grow with T². With
+// sequence_parallel_size sp (Ulysses) a rank's activations are those of
+// T/sp tokens, its attention probabilities those of NH/sp heads over all
+// T tokens, plus the exchange buffers (ActivationsSP): about 1/sp, and a
+// note says by how much; the model states partition over every rank.
 //
 // # JSON
 //

@@ -124,7 +124,9 @@ func dszero(in Input, params []partition.Param, total int64) (*Estimate, error) 
 	if p.WorldSize != in.Hardware.GPUs() {
 		return nil, fmt.Errorf("estimate: the plan is compiled for %d ranks, the hardware has %d GPUs", p.WorldSize, in.Hardware.GPUs())
 	}
-	n := int(p.DataParallelSize())
+	// ZeRO partitions over every rank, sequence-parallel or not: DeepSpeed's
+	// sequence-data-parallel group (package train, seqpar.go).
+	n := p.WorldSize
 	if n < 1 {
 		return nil, fmt.Errorf("estimate: the plan has %d data-parallel ranks", n)
 	}
@@ -162,8 +164,15 @@ func dszero(in Input, params []partition.Param, total int64) (*Estimate, error) 
 		if in.CPUCheckpoint && !in.Checkpoint {
 			return nil, errors.New("estimate: CPU checkpointing needs activation checkpointing")
 		}
-		e.Activations = Activations(*in.GPT, e.MicroBatch, in.SeqLen, false, false)
-		e.Checkpoint = Activations(*in.GPT, e.MicroBatch, in.SeqLen, true, in.CPUCheckpoint)
+		sp := max(1, int(p.SequenceParallelSize))
+		if err := in.GPT.CheckSeqParallel(sp, in.SeqLen); sp > 1 && err != nil {
+			return nil, fmt.Errorf("estimate: %w", err)
+		}
+		e.Activations = ActivationsSP(*in.GPT, e.MicroBatch, in.SeqLen, sp, false, false)
+		e.Checkpoint = ActivationsSP(*in.GPT, e.MicroBatch, in.SeqLen, sp, true, in.CPUCheckpoint)
+		if sp > 1 {
+			e.Notes = append(e.Notes, seqParallelNote(*in.GPT, e.MicroBatch, in.SeqLen, sp, in.Checkpoint, in.CPUCheckpoint))
+		}
 		acts := e.Activations
 		if in.Checkpoint {
 			acts = e.Checkpoint

@@ -1,6 +1,9 @@
 package model
 
-import "github.com/dszero/dszero/mem"
+import (
+	"github.com/dszero/dszero/comm"
+	"github.com/dszero/dszero/mem"
+)
 
 // Model is a network that trains on flat buffers: the contract between a
 // model (model/gpt, model/mlp, model/llama) and the training loop. One
@@ -105,6 +108,9 @@ type BuildOptions struct {
 	Round func([]float32)
 	// Workers bounds the model's goroutines; 0 means GOMAXPROCS.
 	Workers int
+	// SeqParallel, when set, is the rank's sequence-parallel group
+	// (DeepSpeed-Ulysses): only a SeqParalleler builds a model for one.
+	SeqParallel comm.Comm
 }
 
 // Initializer is a Builder whose random initialisation is not just its

@@ -11,7 +11,9 @@
 // comm/mpi under mpirun); both run the same per-rank loop. Rank r reads
 // micro-batch mb = micro·N + r of every step (Batches), so the global
 // batch is micro × GAS × N and the result does not depend on how it is
-// split.
+// split. With sequence_parallel_size sp, consecutive groups of sp ranks
+// share each sample's tokens (DeepSpeed-Ulysses, seqpar.go): N/sp
+// data-parallel shards, ZeRO still over all N ranks.
 //
 // Records. After each step every rank all-gathers its micro-step losses
 // and its peak memory, so that rank 0 can report the mean loss over ranks
@@ -265,6 +267,9 @@ func Run(cfg Config, onStep func(Record) error) ([]float32, error) {
 	if _, err := zero.CheckPlan(p); err != nil {
 		return nil, err
 	}
+	if err := checkSeqParallel(&cfg); err != nil {
+		return nil, err
+	}
 	if cfg.Workers == 0 {
 		cfg.Workers = max(1, runtime.GOMAXPROCS(0)/local)
 	}
@@ -377,8 +382,12 @@ func (r *rank) run(onStep func(Record) error) ([]float32, error) {
 		hooks = cfg.Hooks(c.Rank(), eng)
 	}
 	hooks = kn.hooks(hooks)
+	sp, err := newSeqPar(ctx, c, p)
+	if err != nil {
+		return nil, err
+	}
 	m, err := cfg.Model.Build(model.BuildOptions{Gemm: r.dev.Gemm, Acct: r.dev.Acct, Hooks: hooks, Checkpoint: cfg.Checkpoint,
-		CPUCheckpoint: cfg.CPUCheckpoint, Round: eng.Round(), Workers: cfg.Workers})
+		CPUCheckpoint: cfg.CPUCheckpoint, Round: eng.Round(), Workers: cfg.Workers, SeqParallel: sp.group})
 	if err != nil {
 		return nil, err
 	}
@@ -435,7 +444,7 @@ func (r *rank) run(onStep func(Record) error) ([]float32, error) {
 		sent0 := c.Traffic()
 		for micro := 0; micro < gas; micro++ {
 			batch.B = B
-			if err := cfg.Batches.Batch(s, micro, c.Rank(), &batch); err != nil {
+			if err := sp.batch(cfg.Batches, s, micro, &batch); err != nil {
 				return nil, fmt.Errorf("step %d, micro-step %d: reading the data: %w", s+1, micro, err)
 			}
 			run, err := kn.beforeForward(int64(s), &batch)
@@ -465,6 +474,8 @@ func (r *rank) run(onStep func(Record) error) ([]float32, error) {
 				// its average over the ranks.
 				scale *= float32(gas * world)
 				shares = true
+			} else {
+				scale *= sp.gradFactor() // seqpar.go
 			}
 			if err := m.Backward(scale); err != nil {
 				return nil, fmt.Errorf("step %d, micro-step %d: %w", s+1, micro, err)
@@ -498,10 +509,10 @@ func (r *rank) run(onStep func(Record) error) ([]float32, error) {
 			dt := time.Since(start).Seconds()
 			loss := st.loss()
 			if shares {
-				loss *= float64(gas * world) // their sum: the mean over every target of the step, as HF's Trainer logs it
+				loss *= float64(gas * world / sp.size) // their sum: the mean over every target of the step, as HF's Trainer logs it (an SP group's ranks each hold the group's)
 			}
 			rec := Record{Step: ss.Step, Loss: loss, LR: ss.LR, LossScale: ss.LossScale, GradNorm: ss.GradNorm,
-				Skipped: ss.Skipped, StepTimeS: dt, TokensPerS: float64(B*T*gas*world) / dt}
+				Skipped: ss.Skipped, StepTimeS: dt, TokensPerS: float64(B*T*gas*world/sp.size) / dt}
 			rec.Peak, rec.PeakMax = st.peaks()
 			rec.Micro = st.micro()
 			rec.PeakHost = r.dev.Acct.Snapshot().PeakTotal[mem.PinnedHost]

@@ -269,7 +269,7 @@ func benchOne(base map[string]any, stage int, off, nvmeDir string, nproc, micro,
 		t := r.Dszero.Stages[stage].StatesTotal
 		row.Estimate = t.Device + t.PinnedHost + t.NVMe
 	}
-	loader, err := data.NewLoader(corpus, data.Layout{B: micro, T: seq, GAS: int(plan.Batch.GradientAccumulationSteps), World: nproc})
+	loader, err := data.NewLoader(corpus, data.Layout{B: micro, T: seq, GAS: int(plan.Batch.GradientAccumulationSteps), World: int(plan.DataParallelSize())})
 	if err != nil {
 		row.Status, row.Error = "error", err.Error()
 		return row

@@ -94,9 +94,10 @@ func summary(p dsconfig.Plan) string {
 	if d := p.Zero.OffloadParam.Device; d != dsconfig.OffloadNone && p.Zero.Stage == 3 {
 		off += ", param offload " + string(d)
 	}
-	return fmt.Sprintf("ZeRO stage %d, %s%s, batch %d = micro %d × accumulation %d × %d ranks",
+	line := fmt.Sprintf("ZeRO stage %d, %s%s, batch %d = micro %d × accumulation %d × %d ranks",
 		p.Zero.Stage, p.Precision.DType, off, p.Batch.TrainBatchSize, p.Batch.TrainMicroBatchSizePerGPU, p.Batch.GradientAccumulationSteps,
 		p.DataParallelSize())
+	return line + seqParallelNote(p)
 }
 
 func runExplain(args []string, stdout, stderr io.Writer) int {

@@ -246,14 +246,19 @@ func (j *trainJob) batches() (train.Batches, error) {
 	if j.lm == nil || j.lm.sft == nil {
 		return train.Tokens(j.loader, j.T), nil
 	}
-	l := data.Layout{B: j.B, T: j.T, GAS: j.gas, World: j.nproc}
+	// Under Ulysses the loop reads data-parallel shard r/sp for rank r.
+	sp := max(1, int(j.plan.SequenceParallelSize))
+	l := data.Layout{B: j.B, T: j.T, GAS: j.gas, World: int(j.plan.DataParallelSize())}
 	sb := &sftBatches{loaders: map[int]*data.SFTLoader{}}
 	for _, r := range j.ranks {
+		if sb.loaders[r/sp] != nil {
+			continue
+		}
 		ld, err := data.NewSFTLoader(j.lm.sft, l, true, j.f.seed)
 		if err != nil {
 			return nil, err
 		}
-		sb.loaders[r] = ld
+		sb.loaders[r/sp] = ld
 	}
 	return sb, nil
 }

@@ -188,7 +188,7 @@ func (j *trainJob) loadData() error {
 		return fmt.Errorf("--data %s has token ids up to %d but the model's vocabulary is %d; use a model with a larger vocabulary", j.corpus.Name, j.corpus.Vocab-1, vocab)
 	}
 	var err error
-	j.loader, err = data.NewLoader(j.corpus, data.Layout{B: j.B, T: j.T, GAS: j.gas, World: j.nproc})
+	j.loader, err = data.NewLoader(j.corpus, data.Layout{B: j.B, T: j.T, GAS: j.gas, World: int(j.plan.DataParallelSize())}) // Ulysses: a shard per sequence-parallel group
 	return err
 }
 

@@ -73,7 +73,7 @@ func (s *slab) take(n int) []float32 {
 func (m *Model) actSizes(B, T int) (device, saved int) {
 	c := m.cfg
 	N, C, M := B*T, c.Dim, c.MLP
-	att := B * c.Heads * T * T
+	att := m.attElems(B, T)
 	block := N*C*4 + N*3*C + 4*N + 2*N*M + att // ln1 atty res2 ln2, qkv, stats, fch fchGelu, att
 	nBlocks := c.Layers
 	if m.opt.Checkpoint {
@@ -127,7 +127,7 @@ func (m *Model) ensureActs(B, T int) error {
 func (m *Model) carve(B, T int) {
 	c := m.cfg
 	N, C, M := B*T, c.Dim, c.MLP
-	att := B * c.Heads * T * T
+	att := m.attElems(B, T)
 	dev := &slab{buf: m.devBuf}
 	save := dev
 	if m.opt.CPUCheckpoint {

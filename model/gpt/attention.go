@@ -204,6 +204,10 @@ func (j *attnJob) runRangeBF16(lo, hi int) {
 // attentionForward fills out (B, T, C) and att (B, NH, T, T) from qkv,
 // using scratch (B, T, C) (any free buffer; its contents are lost).
 func (m *Model) attentionForward(out, att, qkv, scratch []float32, B, T int) {
+	if m.sp != nil {
+		m.spAttentionForward(m.blockOf(qkv), out, qkv) // ulysses.go
+		return
+	}
 	m.jobs.attn = attnJob{out: out, att: att, qkv: qkv, attnShape: m.attnShape(T, scratch)}
 	m.pool.run(B*m.cfg.Heads, 1, &m.jobs.attn)
 	m.jobs.attn = attnJob{}
@@ -344,6 +348,10 @@ func (j *attnBackJob) runRangeBF16(lo, hi int) {
 // attentionBackward writes dqkv (B, T, 3C) from dout (B, T, C), using
 // datt (B, NH, T, T) and scratch (B, T, C) as scratch.
 func (m *Model) attentionBackward(dqkv, datt, dout, qkv, att, scratch []float32, B, T int) {
+	if m.sp != nil {
+		m.spAttentionBackward(m.blockOf(qkv), dqkv, dout) // ulysses.go
+		return
+	}
 	m.jobs.attnB = attnBackJob{dqkv: dqkv, datt: datt, dout: dout, qkv: qkv, att: att, attnShape: m.attnShape(T, scratch)}
 	m.pool.run(B*m.cfg.Heads, 1, &m.jobs.attnB)
 	m.jobs.attnB = attnBackJob{}

@@ -99,4 +99,13 @@
 // gives the same bits except that a -0 is not turned into +0. With tied
 // embeddings the head's and the embedding's contributions to wte are
 // added one after the other (PyTorch sums them first).
+//
+// # Sequence parallelism
+//
+// With Options.SeqParallel (DeepSpeed-Ulysses, ulysses.go) a group of sp
+// ranks shares each sequence: a rank holds T/sp consecutive tokens at
+// their global positions, all-to-alls exchange tokens for heads around
+// the attention (each rank attends with NH/sp heads over all T tokens),
+// and the loss is the mean over the whole sequences. The sum of the
+// ranks' gradients is the one-rank gradient (TestUlyssesMatchesOneRank).
 package gpt

@@ -6,6 +6,7 @@ import (
 	"math"
 	"runtime"
 
+	"github.com/dszero/dszero/comm"
 	"github.com/dszero/dszero/mem"
 	"github.com/dszero/dszero/model"
 )
@@ -42,6 +43,11 @@ type Options struct {
 	// Workers bounds the goroutines of the attention, GELU and
 	// cross-entropy loops; 0 means GOMAXPROCS.
 	Workers int
+	// SeqParallel, when set, is this rank's sequence-parallel group
+	// (DeepSpeed-Ulysses, ulysses.go): each Forward's tokens are the
+	// rank's Tl consecutive tokens of sequences whose other tokens the
+	// other members hold, in rank order.
+	SeqParallel comm.Comm
 }
 
 // passState is where a Model is between Forward and Backward.
@@ -89,6 +95,8 @@ type Model struct {
 	state passState
 	drop  layerDrop // progressive layer drop (pld.go)
 	jobs  jobs
+
+	sp *ulysses // sequence parallelism; nil without
 }
 
 // New builds a model for cfg (defaults applied, then validated). Bind
@@ -115,6 +123,12 @@ func New(cfg Config, opt Options) (*Model, error) {
 		return nil, errors.Join(errs...)
 	}
 	m := &Model{cfg: cfg, layout: cfg.Layout(), opt: opt}
+	if opt.SeqParallel != nil && opt.SeqParallel.Size() > 1 {
+		var err error
+		if m.sp, err = newUlysses(opt.SeqParallel, cfg); err != nil {
+			return nil, err
+		}
+	}
 	m.sink.Round = opt.Round
 	if m.layout.Numel != cfg.NumParams() {
 		panic("gpt: layout and NumParams disagree")
@@ -203,6 +217,9 @@ func (m *Model) Grads() []float32  { return m.grads }
 // Close frees the activations and stops the worker goroutines.
 func (m *Model) Close() {
 	m.freeActs()
+	if m.sp != nil {
+		m.sp.free(m)
+	}
 	if m.sink.Scratch != nil {
 		m.opt.Acct.FreeF32(mem.Temp, mem.Device, m.sink.Scratch)
 		m.sink.Scratch = nil
@@ -243,8 +260,8 @@ func (m *Model) Forward(b model.Batch) (float32, error) {
 		return 0, fmt.Errorf("gpt: %d tokens do not form B=%d sequences", len(tokens), B)
 	}
 	T := len(tokens) / B
-	if T > m.cfg.Context {
-		return 0, fmt.Errorf("gpt: sequence length %d exceeds the context %d", T, m.cfg.Context)
+	if m.globalT(T) > m.cfg.Context {
+		return 0, fmt.Errorf("gpt: sequence length %d exceeds the context %d", m.globalT(T), m.cfg.Context)
 	}
 	if targets != nil && len(targets) != len(tokens) {
 		return 0, fmt.Errorf("gpt: %d targets for %d tokens", len(targets), len(tokens))
@@ -264,6 +281,12 @@ func (m *Model) Forward(b model.Batch) (float32, error) {
 	if err := m.ensureActs(B, T); err != nil {
 		return 0, err
 	}
+	if m.sp != nil {
+		if err := m.sp.ensure(m, B, T); err != nil {
+			return 0, err
+		}
+		m.sp.err = nil
+	}
 	a := &m.a
 	copy(a.tokens, tokens)
 	L, N := m.cfg.Layers, B*T
@@ -271,7 +294,7 @@ func (m *Model) Forward(b model.Batch) (float32, error) {
 	if err := m.hook(model.HookBeforeForward, 0); err != nil {
 		return 0, err
 	}
-	m.encoderForward(a.res[0], a.tokens, m.p.wte, m.p.wpe, B, T)
+	m.encoderForward(a.res[0], a.tokens, m.p.wte, m.p.wpe[m.posOffset()*m.cfg.Dim:], B, T)
 	if err := m.hook(model.HookAfterForward, 0); err != nil {
 		return 0, err
 	}
@@ -294,7 +317,20 @@ func (m *Model) Forward(b model.Batch) (float32, error) {
 	if targets != nil {
 		copy(a.targets, targets)
 		a.lossDiv = lossDivisor(targets, b.LossDenom)
+		if m.sp != nil && !(b.LossDenom > 0) {
+			n, err := m.spSum(float32(a.lossDiv), "loss count")
+			if err != nil {
+				return 0, err
+			}
+			a.lossDiv = float64(n) // the whole sequences' count
+		}
 		loss = m.crossentropyForward(a.losses, a.lseMax, a.lseLog, a.logits, a.targets, N, a.lossDiv)
+		if m.sp != nil {
+			var err error
+			if loss, err = m.spSum(loss, "loss"); err != nil {
+				return 0, err
+			}
+		}
 	}
 	if err := m.hook(model.HookAfterForward, head); err != nil {
 		return 0, err
@@ -365,7 +401,7 @@ func (m *Model) Backward(dlossScale float32) error {
 	if err := m.hook(model.HookBeforeBackward, 0); err != nil {
 		return err
 	}
-	m.encoderBackward(m.g.wte, m.g.wpe, a.dres, a.tokens, B, T)
+	m.encoderBackward(m.g.wte, m.wpeGrad(), a.dres, a.tokens, B, T)
 	return m.hook(model.HookAfterBackward, 0)
 }
 
@@ -450,6 +486,10 @@ func checkIDs(what string, ids []int32, vocab int, ignore bool) error {
 // hook calls the unit hook of kind k, if any; a failing hook ends the
 // pass.
 func (m *Model) hook(k model.HookKind, unit int) error {
+	if err := m.spTake(); err != nil {
+		m.state = idle
+		return err
+	}
 	if err := model.CallHook(m.opt.Hooks, k, &m.layout, unit); err != nil {
 		m.state = idle
 		return fmt.Errorf("gpt: %w", err)

@@ -3,15 +3,16 @@ package llama
 import "github.com/dszero/dszero/model"
 
 var (
-	_ model.Builder     = Config{}
-	_ model.Initializer = Config{}
-	_ model.Model       = (*Model)(nil)
+	_ model.Builder       = Config{}
+	_ model.Initializer   = Config{}
+	_ model.Model         = (*Model)(nil)
+	_ model.SeqParalleler = Config{}
 )
 
 // Build makes one rank's decoder of c (a model.Builder).
 func (c Config) Build(o model.BuildOptions) (model.Model, error) {
 	return New(c, Options{Gemm: o.Gemm, Acct: o.Acct, Hooks: o.Hooks, Checkpoint: o.Checkpoint,
-		CPUCheckpoint: o.CPUCheckpoint, Round: o.Round, Workers: o.Workers})
+		CPUCheckpoint: o.CPUCheckpoint, Round: o.Round, Workers: o.Workers, SeqParallel: o.SeqParallel})
 }
 
 // MaxSeq is max_position_embeddings (defaults applied).

@@ -185,6 +185,10 @@ func (m *Model) linearInputGrad(dinp, dout, w []float32, N, IC, OC int) {
 // la.k, la.v into la.att and la.y) or backward (a.dy into a.dq, a.dk,
 // a.dv), spread over the pool by (batch row, kv head).
 func (m *Model) attention(l int, la *layerActs, forward bool) {
+	if m.sp != nil {
+		m.spAttention(l, la, forward)
+		return
+	}
 	c, a := &m.cfg, &m.a
 	s := &m.jobs.attn
 	*s = attnShape{

@@ -6,6 +6,7 @@ import (
 	"math"
 	"runtime"
 
+	"github.com/dszero/dszero/comm"
 	"github.com/dszero/dszero/mem"
 	"github.com/dszero/dszero/model"
 )
@@ -46,6 +47,11 @@ type Options struct {
 	// the attention's small GEMMs one at a time on all of them, which
 	// BenchmarkStep measured faster than several at once on 2 cores.
 	Workers int
+	// SeqParallel, when set, is this rank's sequence-parallel group
+	// (DeepSpeed-Ulysses, ulysses.go): each Forward's tokens are the
+	// rank's T/sp consecutive tokens of sequences whose other tokens the
+	// other members hold, in rank order.
+	SeqParallel comm.Comm
 }
 
 // passState is where a Model is between Forward and Backward.
@@ -97,6 +103,8 @@ type Model struct {
 		swiglu swigluJob
 		ce     ceRows
 	}
+
+	sp *ulysses // sequence parallelism; nil without
 }
 
 var _ model.Model = (*Model)(nil)
@@ -125,6 +133,12 @@ func New(cfg Config, opt Options) (*Model, error) {
 		return nil, errors.Join(errs...)
 	}
 	m := &Model{cfg: cfg, layout: cfg.Layout(), opt: opt}
+	if opt.SeqParallel != nil && opt.SeqParallel.Size() > 1 {
+		var err error
+		if m.sp, err = newUlysses(opt.SeqParallel, cfg); err != nil {
+			return nil, err
+		}
+	}
 	m.sink.Round = opt.Round
 	if m.layout.Numel != cfg.NumParams() {
 		panic("llama: layout and NumParams disagree")
@@ -188,6 +202,9 @@ func (m *Model) Grads() []float32  { return m.grads }
 // Close frees the activations and scratch and stops the workers.
 func (m *Model) Close() {
 	m.freeActs()
+	if m.sp != nil {
+		m.sp.free(m)
+	}
 	for _, p := range []*[]float32{&m.sink.Scratch, &m.tiedGrad} {
 		if *p != nil {
 			m.opt.Acct.FreeF32(mem.Temp, mem.Device, *p)
@@ -232,7 +249,16 @@ func (m *Model) Forward(b model.Batch) (float32, error) {
 	N, L := B*T, m.cfg.Layers
 	copy(a.tokens, b.Tokens)
 	maxPos := int32(T - 1)
-	if b.Positions != nil {
+	if m.sp != nil {
+		if err := m.sp.ensure(m, B, T); err != nil {
+			return 0, err
+		}
+		m.sp.err = nil
+		var err error
+		if maxPos, err = m.spPositions(b); err != nil {
+			return 0, err
+		}
+	} else if b.Positions != nil {
 		copy(a.positions, b.Positions)
 		maxPos = 0
 		for _, p := range b.Positions {
@@ -248,7 +274,9 @@ func (m *Model) Forward(b model.Batch) (float32, error) {
 	if err := m.cfg.checkRopePositions(maxPos); err != nil {
 		return 0, err
 	}
-	blockStarts(a.blk, a.positions, B, T)
+	if m.sp == nil {
+		blockStarts(a.blk, a.positions, B, T)
+	}
 	ropeTables(a.cos, a.sin, m.invFreq, m.ropeMul, a.positions, m.opt.Round)
 
 	if err := m.hook(model.HookBeforeForward, 0); err != nil {
@@ -276,7 +304,20 @@ func (m *Model) Forward(b model.Batch) (float32, error) {
 	var loss float32
 	if b.Targets != nil {
 		copy(a.targets, b.Targets)
-		loss = m.crossentropyForward(b.LossDenom, N)
+		denom := b.LossDenom
+		if m.sp != nil {
+			var err error
+			if denom, err = m.spLossDenom(b.Targets, denom); err != nil {
+				return 0, err
+			}
+		}
+		loss = m.crossentropyForward(denom, N)
+		if m.sp != nil {
+			var err error
+			if loss, err = m.spSum(loss, "loss"); err != nil {
+				return 0, err
+			}
+		}
 	}
 	if err := m.hook(model.HookAfterForward, head); err != nil {
 		return 0, err
@@ -424,6 +465,10 @@ func (m *Model) layerActs(l int) *layerActs {
 // hook calls the unit hook of kind k, if any; a failing hook ends the
 // pass.
 func (m *Model) hook(k model.HookKind, unit int) error {
+	if err := m.spTake(); err != nil {
+		m.state = idle
+		return err
+	}
 	if err := model.CallHook(m.opt.Hooks, k, &m.layout, unit); err != nil {
 		m.state = idle
 		return fmt.Errorf("llama: %w", err)

@@ -1,0 +1,250 @@
+package train
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/dszero/dszero/blas"
+	"github.com/dszero/dszero/data"
+	"github.com/dszero/dszero/dsconfig"
+	"github.com/dszero/dszero/internal/fdiff"
+	"github.com/dszero/dszero/mem"
+	"github.com/dszero/dszero/model"
+	"github.com/dszero/dszero/model/llama"
+	"github.com/dszero/dszero/model/mlp"
+	"github.com/dszero/dszero/zero/lrsched"
+)
+
+// withSP adds sequence_parallel_size to a harness config.
+func withSP(js string, sp int) string {
+	return strings.Replace(js, "{", fmt.Sprintf(`{"sequence_parallel_size": %d, `, sp), 1)
+}
+
+// runSP trains the tiny GPT on world ranks in groups of sp (world/sp
+// data-parallel shards of the harness data) and returns the records and
+// the final fp32 weights.
+func runSP(t *testing.T, g gptRef, js string, world, sp, steps int, checkpoint bool) ([]Record, []float32, error) {
+	t.Helper()
+	plan, err := dsconfig.Load(withSP(js, sp), dsconfig.Options{WorldSize: world})
+	if err != nil {
+		t.Fatal(err)
+	}
+	devs := make([]Device, world)
+	for r := range devs {
+		devs[r] = Device{Acct: mem.NewAccountant(r), Gemm: g.gemm}
+	}
+	batches := gptSamples{tokens: g.tokens, B: int(plan.Batch.TrainMicroBatchSizePerGPU), gas: int(plan.Batch.GradientAccumulationSteps), world: world / sp}
+	var recs []Record
+	final, err := Run(Config{Plan: plan, Model: g.cfg, Init: g.init, Batches: Tokens(batches, 32), SeqLen: 32, Steps: steps, ReturnParams: true,
+		Devices: devs, Version: lrsched.DeepSpeed0195, Workers: 1, Checkpoint: checkpoint}, func(r Record) error { recs = append(recs, r); return nil })
+	return recs, final, err
+}
+
+// TestSeqParallelGPT: Ulysses on the tiny GPT (4 heads, T = 32) — 2 ranks
+// of one sequence-parallel group, 4 ranks of one, and 2 × 2 (2 groups of
+// 2, each a data-parallel shard) — trains like one rank taking the same
+// global batch (micro 2, GAS 2 per shard; one rank runs GAS 2·DP), at
+// ZeRO stages 0 to 3, one case with activation checkpointing: step losses
+// within 1e-6 relative, final weights within 1e-6 (‖Δ‖/‖w‖).
+func TestSeqParallelGPT(t *testing.T) {
+	g := loadGPT(t)
+	const steps = 3
+	base := map[int][]Record{}
+	baseW := map[int][]float32{}
+	for _, dp := range []int{1, 2} {
+		base[dp], baseW[dp] = runGPT(t, g, harnessJSON(0, 2, 2*dp, 500000000, false), 1, steps, lrsched.DeepSpeed0195)
+	}
+	for _, tc := range []struct {
+		world, sp, stage int
+		checkpoint       bool
+	}{
+		{2, 2, 0, false}, {2, 2, 1, false}, {2, 2, 2, false}, {2, 2, 3, false}, {2, 2, 3, true},
+		{4, 4, 0, false}, {4, 2, 0, false}, {4, 2, 3, false}, {4, 2, 2, false},
+	} {
+		t.Run(fmt.Sprintf("world%d/sp%d/stage%d/checkpoint=%v", tc.world, tc.sp, tc.stage, tc.checkpoint), func(t *testing.T) {
+			dp := tc.world / tc.sp
+			recs, w, err := runSP(t, g, harnessJSON(tc.stage, 2, 2, 20000, false), tc.world, tc.sp, steps, tc.checkpoint)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(recs) != steps {
+				t.Fatalf("%d records, want %d", len(recs), steps)
+			}
+			lrel := maxRel(recs, base[dp])
+			wabs, wrel := fdiff.Weights(w, baseW[dp])
+			t.Logf("losses max rel Δ %.2e; weights max |Δ| %.2e, ‖Δ‖/‖w‖ %.2e", lrel, wabs, wrel)
+			if lrel > 1e-6 {
+				t.Errorf("losses differ from one rank by %.2e relative", lrel)
+			}
+			if wrel > 1e-6 {
+				t.Errorf("final weights differ from one rank by %.2e relative (‖Δ‖/‖w‖)", wrel)
+			}
+			if recs[steps-1].Loss >= recs[0].Loss {
+				t.Errorf("the loss did not fall: %v → %v", recs[0].Loss, recs[steps-1].Loss)
+			}
+		})
+	}
+}
+
+// TestSeqParallelLayerDrop: progressive layer drop draws the same
+// blocks on every rank, so the SP group's exchanges stay matched: 2
+// sequence-parallel ranks with PLD train like one rank with it.
+func TestSeqParallelLayerDrop(t *testing.T) {
+	g := loadGPT(t)
+	js := strings.Replace(harnessJSON(0, 2, 2, 20000, false), "{", `{"progressive_layer_drop": {"enabled": true, "theta": 0.5, "gamma": 0.1}, `, 1)
+	base, bw, err := runSP(t, g, js, 1, 1, 3, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	recs, w, err := runSP(t, g, js, 2, 2, 3, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lrel := maxRel(recs, base)
+	_, wrel := fdiff.Weights(w, bw)
+	if lrel > 1e-6 || wrel > 1e-6 {
+		t.Errorf("with layer drop, sp 2 differs from one rank: losses %.2e, weights %.2e relative", lrel, wrel)
+	}
+}
+
+// TestSeqParallelRefusals: heads or a sequence length not divisible by
+// sequence_parallel_size are refused before training, naming the key.
+func TestSeqParallelRefusals(t *testing.T) {
+	g := loadGPT(t)
+	for _, tc := range []struct {
+		world, sp int
+		want      string
+	}{
+		{3, 3, "sequence_parallel_size 3 does not divide the GPT's 4 attention heads"},
+		{6, 3, "sequence_parallel_size 3 does not divide the GPT's 4 attention heads"},
+		{8, 8, "sequence_parallel_size 8 does not divide the GPT's 4 attention heads"},
+	} {
+		_, _, err := runSP(t, g, harnessJSON(0, 2, 2, 20000, false), tc.world, tc.sp, 1, false)
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("world %d, sp %d: %v, want an error with %q", tc.world, tc.sp, err, tc.want)
+		}
+	}
+	// A sequence-length curriculum would cut each rank's slice, not the
+	// sequence: refused.
+	cur := strings.Replace(harnessJSON(0, 2, 2, 20000, false), "{", `{"curriculum_learning": {"enabled": true, "curriculum_type": "seqlen", "min_difficulty": 8, "max_difficulty": 32, "schedule_type": "fixed_linear", "schedule_config": {"total_curriculum_step": 4, "difficulty_step": 8}}, `, 1)
+	if _, _, err := runSP(t, g, cur, 2, 2, 1, false); err == nil || !strings.Contains(err.Error(), "curriculum with sequence_parallel_size 2 is not supported") {
+		t.Errorf("curriculum with sp 2: %v", err)
+	}
+	// A model without sequence parallelism is refused, not run whole.
+	plan, err := dsconfig.Load(withSP(harnessJSON(0, 2, 2, 20000, false), 2), dsconfig.Options{WorldSize: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = Run(Config{Plan: plan, Model: mlp.Config{Sizes: []int{4, 8, 2}}, Seed: 1, Steps: 1, SeqLen: 1,
+		Devices: []Device{{Acct: mem.NewAccountant(0), Gemm: g.gemm}, {Acct: mem.NewAccountant(1), Gemm: g.gemm}}}, nil)
+	if want := "does not support Ulysses sequence parallelism"; err == nil || !strings.Contains(err.Error(), want) {
+		t.Errorf("the MLP with sequence_parallel_size 2: %v, want %q", err, want)
+	}
+}
+
+// TestSeqParallelLlama: Ulysses on tiny-llama (4 heads, 2 kv heads,
+// T = 32) — kv heads split over 2 ranks, replicated over 4, and 2 × 2 —
+// trains like one rank taking the same global batch at stages 0 and 3:
+// losses within 1e-6 relative, final weights within 1e-6 (‖Δ‖/‖w‖).
+func TestSeqParallelLlama(t *testing.T) {
+	gemm, err := blas.New(blas.Options{Backend: blas.Gonum})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mc, err := llama.Preset("tiny-llama")
+	if err != nil {
+		t.Fatal(err)
+	}
+	corpus := data.TinyShakespeare()
+	const steps, T = 3, 32
+	run := func(stage, world, sp int) ([]Record, []float32) {
+		t.Helper()
+		dp := world / sp
+		js := harnessJSON(stage, 2, 2, 20000, false)
+		if world == 1 {
+			js = harnessJSON(stage, 2, 2*sp, 20000, false) // sp here: the data-parallel shards to stand for
+			dp, sp = 1, 1
+		}
+		plan, err := dsconfig.Load(withSP(js, sp), dsconfig.Options{WorldSize: world})
+		if err != nil {
+			t.Fatal(err)
+		}
+		loader, err := data.NewLoader(corpus, data.Layout{B: 2, T: T, GAS: int(plan.Batch.GradientAccumulationSteps), World: dp})
+		if err != nil {
+			t.Fatal(err)
+		}
+		devs := make([]Device, world)
+		for r := range devs {
+			devs[r] = Device{Acct: mem.NewAccountant(r), Gemm: gemm}
+		}
+		var recs []Record
+		final, err := Run(Config{Plan: plan, Model: mc, Seed: 7, Batches: Tokens(loader, T), SeqLen: T, Steps: steps,
+			ReturnParams: true, Devices: devs, Workers: 1}, func(r Record) error { recs = append(recs, r); return nil })
+		if err != nil {
+			t.Fatal(err)
+		}
+		return recs, final
+	}
+	for _, tc := range []struct{ world, sp, stage int }{{2, 2, 0}, {2, 2, 3}, {4, 4, 0}, {4, 2, 0}, {4, 2, 3}} {
+		t.Run(fmt.Sprintf("world%d/sp%d/stage%d", tc.world, tc.sp, tc.stage), func(t *testing.T) {
+			base, bw := run(tc.stage, 1, tc.world/tc.sp)
+			recs, w := run(tc.stage, tc.world, tc.sp)
+			lrel := maxRel(recs, base)
+			wabs, wrel := fdiff.Weights(w, bw)
+			t.Logf("losses max rel Δ %.2e; weights max |Δ| %.2e, ‖Δ‖/‖w‖ %.2e", lrel, wabs, wrel)
+			if lrel > 1e-6 || wrel > 1e-6 {
+				t.Errorf("differs from one rank: losses %.2e, weights %.2e relative", lrel, wrel)
+			}
+		})
+	}
+}
+
+// sharedDenom is a Batches whose micro-batches carry LossDenom, the
+// count of targets over the whole global step (HF's num_items_in_batch),
+// as the SFT loader sets it.
+type sharedDenom struct {
+	Batches
+	denom float64
+}
+
+func (s sharedDenom) Batch(step, micro, rank int, b *model.Batch) error {
+	err := s.Batches.Batch(step, micro, rank, b)
+	b.LossDenom = s.denom
+	return err
+}
+
+// TestSeqParallelSharedLoss: with LossDenom set (each micro-batch's loss a
+// share of the step's sum) sp 2 × dp 2 trains and logs like one rank on
+// the same global batch: the logged step loss counts each SP group once.
+func TestSeqParallelSharedLoss(t *testing.T) {
+	g := loadGPT(t)
+	run := func(world, sp int) ([]Record, []float32) {
+		t.Helper()
+		dp := world / sp
+		plan, err := dsconfig.Load(withSP(harnessJSON(3, 2, 2*2/dp, 20000, false), sp), dsconfig.Options{WorldSize: world})
+		if err != nil {
+			t.Fatal(err)
+		}
+		devs := make([]Device, world)
+		for r := range devs {
+			devs[r] = Device{Acct: mem.NewAccountant(r), Gemm: g.gemm}
+		}
+		src := gptSamples{tokens: g.tokens, B: 2, gas: int(plan.Batch.GradientAccumulationSteps), world: dp}
+		var recs []Record
+		final, err := Run(Config{Plan: plan, Model: g.cfg, Init: g.init, Batches: sharedDenom{Tokens(src, 32), 2 * 32 * 4}, SeqLen: 32, Steps: 3,
+			ReturnParams: true, Devices: devs, Workers: 1}, func(r Record) error { recs = append(recs, r); return nil })
+		if err != nil {
+			t.Fatal(err)
+		}
+		return recs, final
+	}
+	base, bw := run(1, 1)
+	recs, w := run(4, 2)
+	lrel := maxRel(recs, base)
+	_, wrel := fdiff.Weights(w, bw)
+	t.Logf("losses %v vs %v", recs[0].Loss, base[0].Loss)
+	if lrel > 1e-6 || wrel > 1e-6 {
+		t.Errorf("sp 2 × dp 2 with LossDenom differs from one rank: losses %.2e, weights %.2e relative", lrel, wrel)
+	}
+}
