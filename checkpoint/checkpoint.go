@@ -16,6 +16,7 @@ import (
 
 	"github.com/dszero/dszero/comm"
 	"github.com/dszero/dszero/internal/zcore"
+	"github.com/dszero/dszero/mem"
 	"github.com/dszero/dszero/model"
 	"github.com/dszero/dszero/ptfile"
 	"github.com/dszero/dszero/zero"
@@ -34,6 +35,13 @@ type Options struct {
 	// DSConfig is the ds_config value the files carry (a ptfile value:
 	// the parsed JSON as *ptfile.Dict); nil writes what the plan knows.
 	DSConfig any
+	// Write tunes the files' writer (its I/O buffer, O_DIRECT); the zero
+	// value is ptfile's default.
+	Write ptfile.WriteOptions
+	// Acct, when set, is the rank's accountant: a save reserves its
+	// writer's scratch (ptfile.ScratchBytes) on it as temporaries while it
+	// writes, and an asynchronous save its snapshot.
+	Acct *mem.Accountant
 }
 
 // manifest is a rank's list of the files it wrote.
@@ -164,7 +172,10 @@ func Save(dir, tag string, e *zero.Engine, o Options) error {
 	if err = sy.agree(err, "prepare the directory "+tmp+" for checkpoint "+final); err != nil {
 		return err
 	}
-	err = saveRank(tmp, e, o, rank)
+	v, err := viewOf(e)
+	if err == nil {
+		err = saveRank(tmp, e, v, o, rank)
+	}
 	if err = sy.agree(err, "write its files of checkpoint "+final); err != nil {
 		return err
 	}
@@ -187,11 +198,11 @@ func prepare(dir, final, tmp string) error {
 	return nil
 }
 
-func saveRank(tmp string, e *zero.Engine, o Options, rank int) error {
-	st, err := e.ExportState()
-	if err != nil {
-		return fmt.Errorf("checkpoint: rank %d: %w", rank, err)
-	}
+// saveRank writes the rank's files of the view v into tmp: each streamed
+// from v's buffers (ptfile.Source) through one I/O buffer, with its sha256
+// computed as it is written (ptfile.WriteFile).
+func saveRank(tmp string, e *zero.Engine, v view, o Options, rank int) error {
+	st := v.st
 	if o.Layout == nil || o.Layout.Numel != st.Strategy.Numel {
 		return fmt.Errorf("checkpoint: Options.Layout must be the engine's model layout")
 	}
@@ -205,21 +216,25 @@ func saveRank(tmp string, e *zero.Engine, o Options, rank int) error {
 	modelName, optimName := FileNames(stage, rank, plan.Precision.DType)
 	id := identity{Kind: kindModel, Rank: rank, World: st.Strategy.World, Stage: stage, DType: plan.Precision.DType, Steps: st.GlobalSteps,
 		Numel: int64(o.Layout.Numel), RoundRobin: plan.Zero.RoundRobinGradients && (stage == 1 || stage == 2)}
+	if o.Acct != nil {
+		n := ptfile.ScratchBytes(o.Write)
+		if err := o.Acct.Reserve(mem.Temp, mem.Device, n); err != nil {
+			return fmt.Errorf("checkpoint: rank %d: the writer's buffer: %w", rank, err)
+		}
+		defer o.Acct.Release(mem.Temp, mem.Device, n)
+	}
+	wr := ptfile.NewWriter(o.Write) // one I/O buffer for the rank's files
 	write := func(name string, root any) error {
 		p := filepath.Join(tmp, name)
-		if err := ptfile.Write(p, root); err != nil {
+		w, err := wr.WriteFile(p, root)
+		if err != nil {
 			return fmt.Errorf("checkpoint: rank %d: %w", rank, err)
 		}
-		ent, err := digest(p)
-		if err != nil {
-			return err
-		}
-		man.Files = append(man.Files, ent)
+		man.Files = append(man.Files, manifestEntry{Name: name, Bytes: w.Bytes, SHA256: hex.EncodeToString(w.SHA256[:])})
 		return nil
 	}
 	if modelName != "" {
-		work, _ := e.ModelBuffers()
-		if err := write(modelName, withIdentity(modelStates(e, st, o.Layout, work[:o.Layout.Numel], ds), id)); err != nil {
+		if err := write(modelName, withIdentity(modelStates(e, st, o.Layout, v.work[:o.Layout.Numel], ds), id)); err != nil {
 			return err
 		}
 	}

@@ -31,7 +31,7 @@ func Encode(w io.Writer, archive string, root any) error {
 	if err != nil {
 		return fmt.Errorf("ptfile: %w", err)
 	}
-	if err := writeZip(w, archive, pkl, storages); err != nil {
+	if err := writeZip(w, archive, pkl, storages, nil); err != nil {
 		return fmt.Errorf("ptfile: %w", err)
 	}
 	return nil
@@ -55,13 +55,18 @@ func ArchiveName(path string) string {
 // data/0..N-1, version; every entry stored uncompressed with its payload
 // at a multiple of 64 bytes (padding in an "FB" extra field, as torch's
 // writer pads).
-func writeZip(w io.Writer, archive string, pkl []byte, storages []*Storage) error {
+//
+// Storages with a Source are read in pieces of len(*piece) bytes
+// (allocated when *piece is nil; piece nil: a piece of its own).
+func writeZip(w io.Writer, archive string, pkl []byte, storages []*Storage, piece *[]byte) error {
+	if piece == nil {
+		piece = new([]byte)
+	}
 	if archive == "" || strings.ContainsAny(archive, "/\\") {
 		return fmt.Errorf("archive name %q: want one directory name", archive)
 	}
 	zw := zip.NewWriter(w)
 	var off uint64 // bytes written so far; the local headers are ours to count
-	var piece []byte
 	add := func(name string, size int64, crc uint32, payload func(io.Writer) error) error {
 		name = archive + "/" + name
 		start := off + 30 + uint64(len(name))
@@ -115,17 +120,17 @@ func writeZip(w io.Writer, archive string, pkl []byte, storages []*Storage) erro
 		}
 		// A source is read twice: for the CRC-32 the local header holds
 		// before the payload, then to write it.
-		if piece == nil {
-			piece = make([]byte, sourcePiece)
+		if *piece == nil {
+			*piece = make([]byte, sourcePiece)
 		}
 		var crc uint32
-		err := eachPiece(s, piece, func(b []byte) error {
+		err := eachPiece(s, *piece, func(b []byte) error {
 			crc = crc32.Update(crc, crc32.IEEETable, b)
 			return nil
 		})
 		if err == nil {
 			err = add(name, s.NBytes(), crc, func(w io.Writer) error {
-				return eachPiece(s, piece, func(b []byte) error {
+				return eachPiece(s, *piece, func(b []byte) error {
 					_, err := w.Write(b)
 					return err
 				})

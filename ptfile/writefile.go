@@ -70,12 +70,29 @@ type Written struct {
 	Direct bool
 }
 
+// Writer writes checkpoint files one after another through one I/O
+// buffer and one source piece, allocated at its first file and reused:
+// a rank's saver keeps one. It is not safe for concurrent use.
+type Writer struct {
+	o     WriteOptions
+	buf   []byte // the I/O buffer, aligned
+	piece []byte
+}
+
+// NewWriter returns a writer with options o.
+func NewWriter(o WriteOptions) *Writer { return &Writer{o: o} }
+
 // WriteFile saves root as a torch.save checkpoint at path, crash-safely
 // as Write does (path+".tmp", fsync, rename, fsync of the directory), and
 // returns its size and sha256. Every tensor's storage must be loaded or
 // have a Source; the archive's bytes are those Encode writes. Errors name
 // the file.
 func WriteFile(path string, root any, o WriteOptions) (Written, error) {
+	return NewWriter(o).WriteFile(path, root)
+}
+
+// WriteFile is the package's WriteFile through w's buffers.
+func (w *Writer) WriteFile(path string, root any) (Written, error) {
 	pkl, storages, err := marshal(root)
 	if err != nil {
 		return Written{}, fmt.Errorf("ptfile: write %s: %w", path, err)
@@ -85,12 +102,15 @@ func WriteFile(path string, root any, o WriteOptions) (Written, error) {
 		os.Remove(tmp)
 		return Written{}, fmt.Errorf("ptfile: write %s: %w", path, err)
 	}
-	w, err := createOut(tmp, o)
+	if w.buf == nil {
+		w.buf = alignedBuffer(w.o.bufferSize())
+	}
+	o, err := createOut(tmp, w.buf, !w.o.NoDirect)
 	if err != nil {
 		return fail(err)
 	}
-	err = writeZip(w, ArchiveName(path), pkl, storages)
-	if cerr := w.close(); err == nil {
+	err = writeZip(o, ArchiveName(path), pkl, storages, &w.piece)
+	if cerr := o.close(); err == nil {
 		err = cerr
 	}
 	if err == nil {
@@ -106,8 +126,8 @@ func WriteFile(path string, root any, o WriteOptions) (Written, error) {
 			return Written{}, fmt.Errorf("ptfile: write %s: sync directory: %w", path, err)
 		}
 	}
-	res := Written{Bytes: w.size, Direct: w.directBytes > 0}
-	w.sha.Sum(res.SHA256[:0])
+	res := Written{Bytes: o.size, Direct: o.directBytes > 0}
+	o.sha.Sum(res.SHA256[:0])
 	return res, nil
 }
 
@@ -127,15 +147,16 @@ type out struct {
 	err     error // the first error: every later call returns it
 }
 
-func createOut(path string, o WriteOptions) (*out, error) {
-	f, direct, err := openForWrite(path, !o.NoDirect)
+// createOut creates path, written through buf (aligned, its halves
+// multiples of directAlign).
+func createOut(path string, buf []byte, direct bool) (*out, error) {
+	f, direct, err := openForWrite(path, direct)
 	if err != nil {
 		return nil, err
 	}
-	size := o.bufferSize()
-	buf := alignedBuffer(size)
 	w := &out{f: f, direct: direct, sha: sha256.New(), done: make(chan error, 1)}
-	w.halves[0], w.halves[1] = buf[:size/2:size/2], buf[size/2:]
+	h := len(buf) / 2
+	w.halves[0], w.halves[1] = buf[:h:h], buf[h:]
 	return w, nil
 }
 

@@ -321,3 +321,24 @@ func TestPaddedSource(t *testing.T) {
 		t.Error("a read past the end succeeded")
 	}
 }
+
+// One Writer writes file after file through the same buffers.
+func TestWriterReuse(t *testing.T) {
+	data, srcs := bigTree()
+	small, err := Read(filepath.Join("testdata", "mlp_z3_bf16_zero_pp_rank_0_mp_rank_00_model_states.pt"), Options{DeepSpeed: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := NewWriter(WriteOptions{BufferSize: 1 << 20})
+	dir := t.TempDir()
+	for i, c := range []struct{ data, srcs any }{{data, srcs}, {small, sourced(t, small, true)}, {data, sourced(t, data, false)}} {
+		p := filepath.Join(dir, fmt.Sprintf("f%d.pt", i))
+		if _, err := w.WriteFile(p, c.srcs); err != nil {
+			t.Fatal(err)
+		}
+		got, _ := os.ReadFile(p)
+		if !bytes.Equal(got, legacyBytes(t, ArchiveName(p), c.data)) {
+			t.Fatalf("file %d differs from the legacy writer's", i)
+		}
+	}
+}
