@@ -457,13 +457,13 @@ func floats(v any, path string) ([]float32, error) {
 	if err != nil {
 		return nil, err
 	}
-	return t.Float32s()
+	return values(t, nil)
 }
 
 // readTorchState reads one flat parameter's optimizer state into o
 // (State keyed by name, appended in order for stage 0's per-parameter
-// entries).
-func readTorchState(v any, path string, o *zcore.OptimState) error {
+// entries); a tensor is read into into[name] when that has its size.
+func readTorchState(v any, path string, o *zcore.OptimState, into map[string][]float32) error {
 	d, err := get[*ptfile.Dict](v, path)
 	if err != nil {
 		return err
@@ -489,11 +489,15 @@ func readTorchState(v any, path string, o *zcore.OptimState) error {
 		if !ok {
 			return fmt.Errorf("%s.%s is %s, not a tensor", path, name, ptfile.TypeName(x))
 		}
-		f, err := t.Float32s()
+		f, err := values(t, into[name])
 		if err != nil {
 			return fmt.Errorf("%s.%s: %w", path, name, err)
 		}
-		o.State[name] = append(o.State[name], f...)
+		if o.State[name] == nil {
+			o.State[name] = f
+		} else {
+			o.State[name] = append(o.State[name], f...)
+		}
 	}
 	return nil
 }

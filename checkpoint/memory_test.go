@@ -33,9 +33,10 @@ func bigLayout(units, rows, cols int) model.Layout {
 }
 
 // bigRanks builds world in-process engines of plan over l, each holding
-// Adam's moments as after a step (imported: a step needs a model's
-// backward), and calls each(rank, engine, comm, accountant) on every rank.
-func bigRanks(plan dsconfig.Plan, l *model.Layout, each func(r int, eng *zero.Engine, c comm.Comm, a *mem.Accountant) error) error {
+// Adam's moments as after a step (imported, when fill is set: a step
+// needs a model's backward), and calls each(rank, engine, comm,
+// accountant) on every rank.
+func bigRanks(plan dsconfig.Plan, l *model.Layout, fill bool, each func(r int, eng *zero.Engine, c comm.Comm, a *mem.Accountant) error) error {
 	init := make([]float32, l.Numel)
 	for i := range init {
 		init[i] = float32(i%1000) / 1000
@@ -48,6 +49,9 @@ func bigRanks(plan dsconfig.Plan, l *model.Layout, each func(r int, eng *zero.En
 			return err
 		}
 		defer eng.Close()
+		if !fill {
+			return each(r, eng, c, acct)
+		}
 		st, err := eng.ExportState()
 		if err != nil {
 			return err
@@ -58,7 +62,7 @@ func bigRanks(plan dsconfig.Plan, l *model.Layout, each func(r int, eng *zero.En
 			for k, n := range []string{"exp_avg", "exp_avg_sq"} {
 				v := make([]float32, len(gs.Master))
 				for i := range v {
-					v[i] = float32((i+k)%7) * 1e-3
+					v[i] = moment(k, i)
 				}
 				gs.Optim.State[n] = v
 			}
@@ -70,6 +74,9 @@ func bigRanks(plan dsconfig.Plan, l *model.Layout, each func(r int, eng *zero.En
 		return each(r, eng, c, acct)
 	})
 }
+
+// moment is element i of Adam's moment k in bigRanks' engines.
+func moment(k, i int) float32 { return float32((i+k)%7) * 1e-3 }
 
 // TestSaveMemoryBounded: saving stage-3 ranks whose state (fp32 master
 // and Adam's two moments) is several times the bound allocates, and
@@ -92,7 +99,7 @@ func TestSaveMemoryBounded(t *testing.T) {
 	dir := t.TempDir()
 	extra := make([]int64, world)
 	var before, after runtime.MemStats
-	err = bigRanks(plan, &l, func(r int, eng *zero.Engine, c comm.Comm, acct *mem.Accountant) error {
+	err = bigRanks(plan, &l, true, func(r int, eng *zero.Engine, c comm.Comm, acct *mem.Accountant) error {
 		// Allocations are measured around the saves alone: rank 0 reads
 		// the counters while every rank waits between two barriers.
 		if err := c.Barrier(context.Background()).Wait(); err != nil {
@@ -132,5 +139,78 @@ func TestSaveMemoryBounded(t *testing.T) {
 		if x <= 0 || x > bound {
 			t.Errorf("rank %d: the accountant's extra bytes during the save are %d, want in (0, %d]", r, x, bound)
 		}
+	}
+}
+
+// TestLoadMemoryBounded: loading the stage-3 checkpoint of
+// TestSaveMemoryBounded's ranks into fresh engines reads the partitions
+// and moments into the engines' own buffers: the load allocates under the
+// bound a rank (the file, and the state, are several times it), and the
+// values arrive.
+func TestLoadMemoryBounded(t *testing.T) {
+	const world = 2
+	l := bigLayout(6, 2048, 2048)
+	plan, err := ztest.Plan(stageJSON(3, "fp32", 0), world)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bound := saveBound(ptfile.WriteOptions{})
+	dir := t.TempDir()
+	err = bigRanks(plan, &l, true, func(r int, eng *zero.Engine, c comm.Comm, _ *mem.Accountant) error {
+		return checkpoint.Save(dir, "", eng, checkpoint.Options{Layout: &l, Comm: c})
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var before, after runtime.MemStats
+	err = bigRanks(plan, &l, false, func(r int, eng *zero.Engine, c comm.Comm, _ *mem.Accountant) error {
+		if err := c.Barrier(context.Background()).Wait(); err != nil {
+			return err
+		}
+		if r == 0 {
+			runtime.GC()
+			runtime.ReadMemStats(&before)
+		}
+		if err := c.Barrier(context.Background()).Wait(); err != nil {
+			return err
+		}
+		if err := checkpoint.Load(dir, "", eng, checkpoint.Options{Layout: &l, Comm: c}); err != nil {
+			return err
+		}
+		if err := c.Barrier(context.Background()).Wait(); err != nil {
+			return err
+		}
+		if r == 0 {
+			runtime.ReadMemStats(&after)
+		}
+		if err := c.Barrier(context.Background()).Wait(); err != nil {
+			return err
+		}
+		v, err := eng.ViewState()
+		if err != nil {
+			return err
+		}
+		for g, gs := range v.Strategy.Groups {
+			for k, n := range []string{"exp_avg", "exp_avg_sq"} {
+				x := gs.Optim.State[n]
+				for _, i := range []int{0, 1, len(x) / 2, len(x) - 1} {
+					if x[i] != moment(k, i) {
+						return fmt.Errorf("rank %d group %d: %s[%d] = %v loaded, %v saved", r, g, n, i, x[i], moment(k, i))
+					}
+				}
+			}
+			if gs.Optim.Steps != 1 {
+				return fmt.Errorf("rank %d group %d: step %d loaded, 1 saved", r, g, gs.Optim.Steps)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	allocated := int64(after.TotalAlloc - before.TotalAlloc)
+	t.Logf("the load of %d ranks allocated %d MiB (bound %d MiB a rank; the state is %d MiB a rank)", world, allocated>>20, bound>>20, 3*4*l.Numel/world>>20)
+	if allocated > world*bound {
+		t.Errorf("the load allocated %d bytes on %d ranks, more than %d a rank: it copies the state", allocated, world, bound)
 	}
 }
