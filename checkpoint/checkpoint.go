@@ -40,6 +40,10 @@ type Options struct {
 	// writer's scratch (ptfile.ScratchBytes) on it as temporaries while it
 	// writes, and an asynchronous save its snapshot.
 	Acct *mem.Accountant
+
+	// fault, set by tests, is called before each file of a save is
+	// written; its error fails the write.
+	fault func(path string) error
 }
 
 // manifest is a rank's list of the files it wrote.
@@ -224,6 +228,11 @@ func saveRank(tmp string, e *zero.Engine, v view, o Options, rank int) error {
 	wr := ptfile.NewWriter(o.Write) // one I/O buffer for the rank's files
 	write := func(name string, root any) error {
 		p := filepath.Join(tmp, name)
+		if o.fault != nil {
+			if err := o.fault(p); err != nil {
+				return fmt.Errorf("checkpoint: rank %d: write %s: %w", rank, p, err)
+			}
+		}
 		w, err := wr.WriteFile(p, root)
 		if err != nil {
 			return fmt.Errorf("checkpoint: rank %d: %w", rank, err)
@@ -232,7 +241,11 @@ func saveRank(tmp string, e *zero.Engine, v view, o Options, rank int) error {
 		return nil
 	}
 	if modelName != "" {
-		if err := write(modelName, withIdentity(modelStates(e, st, o.Layout, v.work[:o.Layout.Numel], ds), id)); err != nil {
+		work := v.work // stage 3's model states hold placeholders, not the parameters
+		if stage < 3 {
+			work = work[:o.Layout.Numel]
+		}
+		if err := write(modelName, withIdentity(modelStates(e, st, o.Layout, work, ds), id)); err != nil {
 			return err
 		}
 	}

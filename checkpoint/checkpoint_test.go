@@ -68,6 +68,11 @@ type mlpRun struct {
 	saveAt             []int
 	swap               nvme.FS
 	before, beforeSave func(step int)
+	// async saves with SaveAsync, polled after every later step and
+	// waited for after the last; afterSave(step) is called on rank 0 when
+	// SaveAsync returns.
+	async     bool
+	afterSave func(step int)
 }
 
 func (mr mlpRun) run(plan dsconfig.Plan, d ztest.MLPData) (result, error) {
@@ -110,6 +115,7 @@ func (mr mlpRun) run(plan dsconfig.Plan, d ztest.MLPData) (result, error) {
 			return err
 		}
 		x, y := make([]float32, B*16), make([]float32, B*8)
+		var pending *checkpoint.Pending
 		for s := from; s < to; s++ {
 			if mr.before != nil {
 				if r == 0 {
@@ -138,6 +144,13 @@ func (mr mlpRun) run(plan dsconfig.Plan, d ztest.MLPData) (result, error) {
 			if _, err := eng.Step(); err != nil {
 				return err
 			}
+			if pending != nil {
+				if done, err := pending.Poll(); err != nil {
+					return err
+				} else if done {
+					pending = nil
+				}
+			}
 			if slices.Contains(mr.saveAt, s+1) {
 				if mr.beforeSave != nil {
 					if r == 0 {
@@ -147,9 +160,26 @@ func (mr mlpRun) run(plan dsconfig.Plan, d ztest.MLPData) (result, error) {
 						return err
 					}
 				}
-				if err := checkpoint.Save(mr.dir, "", eng, co); err != nil {
+				if mr.async {
+					if pending != nil {
+						if err := pending.Wait(); err != nil {
+							return err
+						}
+					}
+					if pending, err = checkpoint.SaveAsync(mr.dir, "", eng, co); err != nil {
+						return fmt.Errorf("saving after step %d: %w", s+1, err)
+					}
+				} else if err := checkpoint.Save(mr.dir, "", eng, co); err != nil {
 					return fmt.Errorf("saving after step %d: %w", s+1, err)
 				}
+				if mr.afterSave != nil && r == 0 {
+					mr.afterSave(s + 1)
+				}
+			}
+		}
+		if pending != nil {
+			if err := pending.Wait(); err != nil {
+				return err
 			}
 		}
 		if res.states[r], err = eng.ExportState(); err != nil {
