@@ -57,7 +57,9 @@ func TestSaveAsyncMatchesSync(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				var man struct{ Files []struct{ Name, SHA256 string } }
+				var man struct {
+					Files []struct{ Name, SHA256 string }
+				}
 				if err := json.Unmarshal(b, &man); err != nil {
 					t.Fatal(err)
 				}
