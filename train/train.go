@@ -143,6 +143,9 @@ type Config struct {
 	// SaveSteps, when set, are the global steps after which to save,
 	// instead of every SaveInterval steps and after the last one.
 	SaveSteps []int
+	// SaveAsync writes each checkpoint in the background while the next
+	// steps run (save.go), from a snapshot of the state in host memory.
+	SaveAsync bool
 	LoadDir   string
 	// LoadTag is the tag under LoadDir to resume from ("": LoadDir/latest).
 	LoadTag string
@@ -376,7 +379,9 @@ func (r *rank) run(onStep func(Record) error) ([]float32, error) {
 	st := newStats(gas, world)
 	verdict := make([]float32, 1)
 	overwrite := eng.OverwriteGrads()
-	ck := checkpoint.Options{Layout: &layout, Comm: c, Ctx: ctx}
+	ck := checkpoint.Options{Layout: &layout, Comm: c, Ctx: ctx, Acct: r.dev.Acct}
+	async := &asyncSaver{cfg: cfg, c: c, eng: eng, ck: ck}
+	defer async.abandon()
 	tell := func(saved bool, dir string, t0 time.Time) {
 		if cfg.OnCheckpoint == nil || c.Rank() != 0 {
 			return
@@ -474,19 +479,31 @@ func (r *rank) run(onStep func(Record) error) ([]float32, error) {
 		if verdict[0] == fail {
 			return nil, cbErr // rank 0 says why; the others just end
 		}
+		if err := async.poll(); err != nil {
+			return nil, fmt.Errorf("step %d: %w", s+1, err)
+		}
 		if cfg.SaveDir != "" && r.saveAfter(s+1, verdict[0] == stop) {
 			t0 := time.Now()
 			if err := checkBeforeSave(ctx, c, eng, s+1, cfg.SaveDir); err != nil {
 				return nil, err
 			}
-			if err := checkpoint.Save(cfg.SaveDir, "", eng, ck); err != nil {
-				return nil, fmt.Errorf("step %d: saving a checkpoint in %s: %w", s+1, cfg.SaveDir, err)
+			if cfg.SaveAsync {
+				if err := async.save(s + 1); err != nil {
+					return nil, err
+				}
+			} else {
+				if err := checkpoint.Save(cfg.SaveDir, "", eng, ck); err != nil {
+					return nil, fmt.Errorf("step %d: saving a checkpoint in %s: %w", s+1, cfg.SaveDir, err)
+				}
+				tell(true, cfg.SaveDir, t0) // an asynchronous one tells when it is finished
 			}
-			tell(true, cfg.SaveDir, t0)
 		}
 		if verdict[0] == stop {
 			break
 		}
+	}
+	if err := async.finish(); err != nil {
+		return nil, err
 	}
 	if cfg.Done != nil {
 		if err := cfg.Done(c.Rank(), c, eng); err != nil {

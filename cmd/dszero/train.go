@@ -73,6 +73,7 @@ type trainFlags struct {
 	cpuProfile                   string
 	saveDir                      string
 	saveEvery                    int
+	saveAsync                    bool
 	loadDir                      string
 	commTimeout                  time.Duration
 	nproc                        int
@@ -130,6 +131,7 @@ func parseTrainFlags(args []string, stderr io.Writer) (*trainFlags, error) {
 	save := aliasVar(fs, &f.saveDir, parseString, "write DeepSpeed-layout checkpoints DIR/global_stepN to this directory (after the last step, and every --save-interval steps)",
 		"save", "output_dir")
 	every := aliasVar(fs, &f.saveEvery, atLeast(0, "steps"), "steps between checkpoints (with --save; 0: only after the last step)", "save-interval", "save_steps")
+	fs.BoolVar(&f.saveAsync, "save-async", false, "write each checkpoint in the background while training goes on, from a snapshot of the state in host memory (costs the model states' size; default: synchronous, streamed from the partitions)")
 	fs.StringVar(&f.loadDir, "load", "", "resume from this checkpoint directory's latest checkpoint (--steps is then the total)")
 	fs.DurationVar(&f.commTimeout, "comm-timeout", comm.DefaultTimeout, "a collective that does not complete within this fails every rank, naming the step, the collective and the ranks that did not arrive (DeepSpeed's and torch's default)")
 	var resume string
@@ -167,6 +169,8 @@ func parseTrainFlags(args []string, stderr io.Writer) (*trainFlags, error) {
 		return nil, usagef("--comm-timeout %v: want a positive duration, e.g. 30m or 90s", f.commTimeout)
 	case every.set() && !save.set():
 		return nil, usagef("--%s %d needs --save DIR (or --output_dir) to write the checkpoints to", every.by, f.saveEvery)
+	case f.saveAsync && !save.set():
+		return nil, usagef("--save-async needs --save DIR (or --output_dir) to write the checkpoints to")
 	}
 	return f, nil
 }

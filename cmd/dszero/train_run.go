@@ -27,6 +27,7 @@ type trainResult struct {
 	elapsed     time.Duration
 	final       []float32 // the consolidated weights, with --save-model
 	saveModel   string    // where they go
+	modelFrom   string    // the checkpoints --save-model is written from (save_model.go); "": final
 }
 
 // train opens the outputs (--json-log, --cpuprofile), prints the run's
@@ -78,11 +79,14 @@ func (j *trainJob) train() (trainResult, error) {
 	if res.saveModel == "" && f.saveDir != "" && (j.fp.StateDict == fsdpconfig.FullStateDict || plan.Zero.Stage == 3 && plan.Zero.Gather16BitWeightsOnModelSave) {
 		res.saveModel = filepath.Join(f.saveDir, "consolidated")
 	}
+	if streamsSaveModel(res.saveModel, f.saveDir) {
+		res.modelFrom = f.saveDir
+	}
 	start := time.Now()
-	final, err := train.Run(train.Config{Plan: plan, Model: j.mcfg, InitRange: initRange, Seed: f.seed, ReturnParams: res.saveModel != "", Batches: train.Tokens(j.loader, j.T), SeqLen: j.T, Steps: n, Devices: j.devs, Comm: j.l.comm(),
+	final, err := train.Run(train.Config{Plan: plan, Model: j.mcfg, InitRange: initRange, Seed: f.seed, ReturnParams: res.saveModel != "" && res.modelFrom == "", Batches: train.Tokens(j.loader, j.T), SeqLen: j.T, Steps: n, Devices: j.devs, Comm: j.l.comm(),
 		Checkpoint: f.gradCkpt || plan.ActivationCheckpointing.Present || j.fp.ActivationCkpt, CPUCheckpoint: plan.ActivationCheckpointing.CPUCheckpointing,
 		KeepAfterForward: j.fp.KeepAfterForward, WrapMinNumParams: j.fp.WrapMinNumParams,
-		SaveDir: f.saveDir, SaveInterval: f.saveEvery, LoadDir: f.loadDir, Timeout: f.commTimeout,
+		SaveDir: f.saveDir, SaveInterval: f.saveEvery, SaveAsync: f.saveAsync, LoadDir: f.loadDir, Timeout: f.commTimeout,
 		OnCheckpoint: func(ev train.CheckpointEvent) {
 			if bar != nil {
 				bar.Clear()
@@ -150,7 +154,11 @@ func (j *trainJob) stepLine(r train.Record, el time.Duration, ran int) {
 func (j *trainJob) report(res trainResult) error {
 	stdout := j.stdout
 	if res.saveModel != "" && j.l.lead() {
-		if err := gpt.SaveDir(res.saveModel, j.mcfg, res.final); err != nil {
+		err := gpt.SaveDir(res.saveModel, j.mcfg, res.final)
+		if res.modelFrom != "" {
+			err = writeSaveModel(res.saveModel, res.modelFrom, j.mcfg, j.f.modelArg)
+		}
+		if err != nil {
 			return fmt.Errorf("--save-model: %w", err)
 		}
 		fmt.Fprintf(stdout, "consolidated weights written to %s (model.safetensors + config.json)\n", res.saveModel)
