@@ -38,7 +38,7 @@ type WriteOptions struct {
 }
 
 // DefaultBufferSize is WriteOptions.BufferSize's default.
-const DefaultBufferSize = 16 << 20
+const DefaultBufferSize = 4 << 20
 
 // sourcePiece is the piece a Source is read in.
 const sourcePiece = 4 << 20
@@ -174,11 +174,13 @@ func (w *out) Write(p []byte) (int, error) {
 	if w.err != nil {
 		return 0, w.err
 	}
-	w.sha.Write(p)
 	w.size += int64(len(p))
 	total := len(p)
 	for len(p) > 0 {
+		// Hashed a half's worth at a time, as it is copied: the hashing of
+		// one half overlaps the disk's write of the other.
 		k := copy(w.halves[w.cur][w.n:], p)
+		w.sha.Write(p[:k])
 		w.n += k
 		p = p[k:]
 		if w.n == len(w.halves[w.cur]) {
