@@ -82,17 +82,23 @@ func countNonFinite(x []float32) (count, first int) {
 // is all ones, and never into the next lane.
 func anyNonFinite(x []float32) bool {
 	const mask, one, sign = 0x7f8000007f800000, 0x0080000000800000, 0x8000000080000000
+	one1 := func(f float32) bool { return math.Float32bits(f)&0x7f800000 == 0x7f800000 }
+	if len(x) > 0 && uintptr(unsafe.Pointer(&x[0]))%8 != 0 { // uint64 loads need 8-byte alignment
+		if one1(x[0]) {
+			return true
+		}
+		x = x[1:]
+	}
 	var acc uint64
-	i := 0
 	if n := len(x) &^ 7; n > 0 {
 		u := unsafe.Slice((*uint64)(unsafe.Pointer(&x[0])), n/2)
 		for j := 0; j+4 <= len(u); j += 4 {
 			acc |= (u[j]&mask + one) | (u[j+1]&mask + one) | (u[j+2]&mask + one) | (u[j+3]&mask + one)
 		}
-		i = n
+		x = x[n:]
 	}
-	for _, f := range x[i:] {
-		if math.Float32bits(f)&0x7f800000 == 0x7f800000 {
+	for _, f := range x {
+		if one1(f) {
 			return true
 		}
 	}

@@ -33,6 +33,13 @@ func TestCountNonFinite(t *testing.T) {
 				}
 			}
 		}
+		if n > 1 { // a view starting at an odd element
+			y := append([]float32(nil), x...)
+			y[n-1] = bad[0]
+			if c, f := countNonFinite(y[1:]); c != 1 || f != n-2 {
+				t.Fatalf("n=%d, offset view: count %d, first %d", n, c, f)
+			}
+		}
 		if n >= 3 {
 			y := append([]float32(nil), x...)
 			y[n-1], y[1] = bad[0], bad[1]
