@@ -205,6 +205,11 @@ func prepare(dir, final, tmp string) error {
 // computed as it is written (ptfile.WriteFile).
 func saveRank(tmp string, e *zero.Engine, v view, o Options, rank int) error {
 	st := v.st
+	for _, g := range st.Strategy.Groups {
+		if g.Streamed != nil && g.Streamed.Close != nil {
+			defer g.Streamed.Close()
+		}
+	}
 	if o.Layout == nil || o.Layout.Numel != st.Strategy.Numel {
 		return fmt.Errorf("checkpoint: Options.Layout must be the engine's model layout")
 	}

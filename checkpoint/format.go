@@ -87,6 +87,23 @@ func torchState(o zcore.OptimState, lo, hi, pad int, shape []int64) *ptfile.Dict
 	return d
 }
 
+// streamedState is torchState of a group read from where it lives
+// (zcore.StreamedGroup), as tensors of shape.
+func streamedState(o zcore.OptimState, sg *zcore.StreamedGroup, shape []int64) *ptfile.Dict {
+	d := ptfile.NewDict()
+	if strings.HasPrefix(o.Name, "torch.") {
+		d.Set("step", ptfile.FromFloat32(nil, []float32{float32(o.Steps)}))
+	} else {
+		d.Set("step", o.Steps)
+	}
+	for _, n := range o.Names {
+		if r, ok := sg.Readers[n]; ok {
+			d.Set(n, ptfile.NewSourceTensor(ptfile.Float32, shape, r))
+		}
+	}
+	return d
+}
+
 // betasTuple says the param group's betas are a Python tuple: the
 // optimizer's default, or OneCycle's cycled momentum; betas from the
 // config stay the list JSON gave.
@@ -273,6 +290,13 @@ func optimStates(e *zero.Engine, st zero.State, l *model.Layout, dsConfig any) *
 		state := ptfile.NewDict()
 		var flats ptfile.List
 		for g, gs := range ss.Groups {
+			if sg := gs.Streamed; sg != nil {
+				// In swap files: each tensor read from its file as it is written.
+				n := []int64{int64(sg.N)}
+				state.Set(g, streamedState(gs.Optim, sg, n))
+				flats = append(flats, ptfile.NewSourceTensor(ptfile.Float32, n, sg.Readers["master"]))
+				continue
+			}
 			n := len(gs.Master)
 			state.Set(g, torchState(gs.Optim, 0, n, 0, []int64{int64(n)}))
 			flats = append(flats, ptfile.ViewFloat32([]int64{int64(n)}, gs.Master))

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"runtime"
+	"strings"
 	"testing"
 	"time"
 
@@ -14,6 +15,7 @@ import (
 	"github.com/dszero/dszero/internal/ztest"
 	"github.com/dszero/dszero/mem"
 	"github.com/dszero/dszero/model"
+	"github.com/dszero/dszero/nvme"
 	"github.com/dszero/dszero/ptfile"
 	"github.com/dszero/dszero/zero"
 )
@@ -37,6 +39,12 @@ func bigLayout(units, rows, cols int) model.Layout {
 // needs a model's backward), and calls each(rank, engine, comm,
 // accountant) on every rank.
 func bigRanks(plan dsconfig.Plan, l *model.Layout, fill bool, each func(r int, eng *zero.Engine, c comm.Comm, a *mem.Accountant) error) error {
+	return bigRanksOn(plan, l, nil, fill, each)
+}
+
+// bigRanksOn is bigRanks with swap files in swap (one filesystem a rank)
+// when it is not nil.
+func bigRanksOn(plan dsconfig.Plan, l *model.Layout, swap []nvme.FS, fill bool, each func(r int, eng *zero.Engine, c comm.Comm, a *mem.Accountant) error) error {
 	init := make([]float32, l.Numel)
 	for i := range init {
 		init[i] = float32(i%1000) / 1000
@@ -44,7 +52,11 @@ func bigRanks(plan dsconfig.Plan, l *model.Layout, fill bool, each func(r int, e
 	return inproc.New(plan.WorldSize, inproc.Options{Timeout: 5 * time.Minute}).Run(func(c comm.Comm) error {
 		r := c.Rank()
 		acct := mem.NewAccountant(r)
-		eng, err := zero.NewEngine(plan, zero.Options{Acct: acct, Layout: l, Init: init, Workers: 1, Comm: c, Ctx: context.Background()})
+		o := zero.Options{Acct: acct, Layout: l, Init: init, Workers: 1, Comm: c, Ctx: context.Background()}
+		if swap != nil {
+			o.SwapFS = swap[r]
+		}
+		eng, err := zero.NewEngine(plan, o)
 		if err != nil {
 			return err
 		}
@@ -84,9 +96,28 @@ func moment(k, i int) float32 { return float32((i+k)%7) * 1e-3 }
 // the partitions, not copied. The copy-based save allocated each rank's
 // state twice over (ExportState's copy, then its bytes).
 func TestSaveMemoryBounded(t *testing.T) {
+	t.Run("in memory", func(t *testing.T) { testSaveMemory(t, false) })
+	// Optimizer state in swap files: streamed from them one tensor at a
+	// time through the swapper's pool, not read into memory whole.
+	t.Run("nvme", func(t *testing.T) { testSaveMemory(t, true) })
+}
+
+func testSaveMemory(t *testing.T, swapped bool) {
 	const world = 2
 	l := bigLayout(6, 2048, 2048) // 25.2M parameters
-	plan, err := ztest.Plan(stageJSON(3, "fp32", 0), world)
+	js := stageJSON(3, "fp32", 0)
+	var swap []nvme.FS
+	if swapped {
+		js = strings.Replace(js, `"stage": 3`, `"stage": 3, "sub_group_size": 4194304, "offload_optimizer": {"device": "nvme", "nvme_path": "/swap"}`, 1)
+		for range world {
+			m := nvme.NewMemFS(0)
+			if err := m.Mkdir("/swap"); err != nil {
+				t.Fatal(err)
+			}
+			swap = append(swap, m)
+		}
+	}
+	plan, err := ztest.Plan(js, world)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -99,7 +130,7 @@ func TestSaveMemoryBounded(t *testing.T) {
 	dir := t.TempDir()
 	extra := make([]int64, world)
 	var before, after runtime.MemStats
-	err = bigRanks(plan, &l, true, func(r int, eng *zero.Engine, c comm.Comm, acct *mem.Accountant) error {
+	err = bigRanksOn(plan, &l, swap, true, func(r int, eng *zero.Engine, c comm.Comm, acct *mem.Accountant) error {
 		// Allocations are measured around the saves alone: rank 0 reads
 		// the counters while every rank waits between two barriers.
 		if err := c.Barrier(context.Background()).Wait(); err != nil {

@@ -1,6 +1,10 @@
 package zcore
 
-import "github.com/dszero/dszero/zero/optim"
+import (
+	"io"
+
+	"github.com/dszero/dszero/zero/optim"
+)
 
 // Views of a rank's state. ExportState copies; a checkpoint's writer needs
 // no copy — it streams the values to the file (ptfile.Source) while the
@@ -34,4 +38,15 @@ func (s *Shard) ViewState(stage int) StrategyState {
 	}
 	return StrategyState{Stage: stage, World: s.o.Comm.Size(), Rank: s.o.Comm.Rank(), Numel: s.o.Layout.Numel,
 		Groups: []GroupState{{Master: m[:len(m):len(m)], Optim: opt}}}
+}
+
+// StreamedGroup is an fp32 group of N elements read where it lives: each
+// tensor ("master" and the optimizer state created so far, by torch name)
+// as its little-endian bytes, 4·N of them, read in order (ReadAt; a
+// ptfile.Source). Close gives back whatever a read left held; the view's
+// user calls it once done.
+type StreamedGroup struct {
+	N       int
+	Readers map[string]io.ReaderAt
+	Close   func()
 }
