@@ -68,6 +68,7 @@ type mlpRun struct {
 	saveAt             []int
 	swap               nvme.FS
 	before, beforeSave func(step int)
+	format             string // "sharded", "full": save and load Accelerate's SHARDED_ or FULL_STATE_DICT
 	// async saves with SaveAsync, polled after every later step and
 	// waited for after the last; afterSave(step) is called on rank 0 when
 	// SaveAsync returns.
@@ -99,7 +100,14 @@ func (mr mlpRun) run(plan dsconfig.Plan, d ztest.MLPData) (result, error) {
 		defer eng.Close()
 		co := checkpoint.Options{Layout: &d.Layout, Comm: c}
 		if mr.load {
-			if err := checkpoint.Load(mr.dir, "", eng, co); err != nil {
+			load := func() error { return checkpoint.Load(mr.dir, "", eng, co) }
+			switch mr.format {
+			case "sharded":
+				load = func() error { return checkpoint.LoadSharded(mr.dir, eng, co) }
+			case "full":
+				load = func() error { return checkpoint.LoadFull(mr.dir, eng, co) }
+			}
+			if err := load(); err != nil {
 				return err
 			}
 			if eng.GlobalSteps() != int64(from) {
@@ -160,6 +168,13 @@ func (mr mlpRun) run(plan dsconfig.Plan, d ztest.MLPData) (result, error) {
 						return err
 					}
 				}
+				save := func() error { return checkpoint.Save(mr.dir, "", eng, co) }
+				switch mr.format {
+				case "sharded":
+					save = func() error { return checkpoint.SaveSharded(mr.dir, eng, co) }
+				case "full":
+					save = func() error { return checkpoint.SaveFull(mr.dir, eng, co) }
+				}
 				if mr.async {
 					if pending != nil {
 						if err := pending.Wait(); err != nil {
@@ -169,7 +184,7 @@ func (mr mlpRun) run(plan dsconfig.Plan, d ztest.MLPData) (result, error) {
 					if pending, err = checkpoint.SaveAsync(mr.dir, "", eng, co); err != nil {
 						return fmt.Errorf("saving after step %d: %w", s+1, err)
 					}
-				} else if err := checkpoint.Save(mr.dir, "", eng, co); err != nil {
+				} else if err := save(); err != nil {
 					return fmt.Errorf("saving after step %d: %w", s+1, err)
 				}
 				if mr.afterSave != nil && r == 0 {

@@ -116,6 +116,9 @@ type Report struct {
 	// WeightsFile is the reference file the final weights were compared
 	// with (the run's own, or the one final_fp32_identical_to names).
 	WeightsFile string `json:"weights_file,omitempty"`
+	// Noise compares the noise-driven elements' final weights, which
+	// Weights leaves out (noise.go); nil when the model has none.
+	Noise *NoiseReport `json:"noise_driven,omitempty"`
 	// Checkpoint is the layout check of dszero's checkpoint against the
 	// recorded one: "match: N files", "differs: …", "not recorded".
 	Checkpoint string `json:"checkpoint"`
@@ -233,7 +236,10 @@ func Run(c Case) (rep Report) {
 		want = make([]float32, a.layout.Numel)
 		if err = model.ReadLayout(file, &a.layout, want); err == nil {
 			rep.WeightsFile = file
-			rep.Weights = weightMetric(got.Final, want, tol)
+			var mask []bool
+			if mask, err = a.noiseDriven(init, int(plan.Batch.TrainMicroBatchSizePerGPU), int(plan.Batch.GradientAccumulationSteps), rep.World); err == nil {
+				rep.Weights, rep.Noise = splitWeights(got.Final, want, init, mask, &a.layout, tol)
+			}
 		} else {
 			want = nil
 		}
@@ -254,6 +260,9 @@ func Run(c Case) (rep Report) {
 			}
 			problems = append(problems, fmt.Sprintf("%s: max %s %.2e > %.0e", m.name, what, d, m.m.Tol))
 		}
+	}
+	if n := rep.Noise; n != nil && !n.Weights.OK() {
+		problems = append(problems, fmt.Sprintf("noise-driven weights (%d elements): max |Δ| %.2e > %.2e (the tolerance + twice the smaller run's largest move of them)", n.Weights.N, n.Weights.MaxAbs, n.Weights.Tol))
 	}
 	if rep.Loss.N == 0 {
 		problems = append(problems, "no step losses compared")

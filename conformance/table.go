@@ -3,6 +3,9 @@ package conformance
 import (
 	"fmt"
 	"io"
+	"maps"
+	"slices"
+	"strings"
 	"text/tabwriter"
 )
 
@@ -53,6 +56,11 @@ func WriteTable(w io.Writer, reps []Report) error {
 			return err
 		}
 	}
+	for _, r := range reps {
+		if n := r.Noise; n != nil {
+			fmt.Fprintf(w, "%s: %d noise-driven elements (%s) reported apart: max |Δ| %.2e, band %.2e\n", r.Case, n.Weights.N, noiseTensors(n), n.Weights.MaxAbs, n.Weights.Tol)
+		}
+	}
 	counts := map[Status]int{}
 	for _, r := range reps {
 		counts[r.Status]++
@@ -73,6 +81,15 @@ func Passed(reps []Report) bool {
 		}
 	}
 	return true
+}
+
+// noiseTensors lists a NoiseReport's tensors, name ×count, in name order.
+func noiseTensors(n *NoiseReport) string {
+	names := slices.Sorted(maps.Keys(n.Tensors))
+	for i, k := range names {
+		names[i] = fmt.Sprintf("%s ×%d", k, n.Tensors[k])
+	}
+	return strings.Join(names, ", ")
 }
 
 func e(x float64) string { return fmt.Sprintf("%.2e", x) }

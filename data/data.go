@@ -128,3 +128,9 @@ func Random(vocab, n int, seed uint64) *Corpus {
 	}
 	return c
 }
+
+// Epoch is how many passes over the corpus's windows `steps` optimizer
+// steps have made (the Trainer's state.epoch).
+func (ld *Loader) Epoch(steps int) float64 {
+	return float64(ld.Position(steps)) / float64(ld.windows)
+}

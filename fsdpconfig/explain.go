@@ -110,8 +110,10 @@ func DSEquivalent(p Plan) ([]byte, []string) {
 		note("cpu_ram_efficient_loading is DeepSpeed's zero.Init (accelerate's zero3_init_flag), a call in the training script, not a ds_config key")
 	}
 	switch p.StateDict {
-	case ShardedStateDict, LocalStateDict:
-		note("%s ↔ DeepSpeed's per-rank checkpoint files (zero_pp_rank_*); consolidate with zero_to_fp32.py", p.StateDict)
+	case ShardedStateDict:
+		note("SHARDED_STATE_DICT: dszero train --output_dir writes each checkpoint-N as Accelerate does, pytorch_model_fsdp_0/ and optimizer_0/ in torch.distributed.checkpoint's format (dcp.load and accelerator.load_state read them at any world size), beside trainer_state.json; --save writes DeepSpeed's per-rank files (zero_pp_rank_*) instead, which zero_to_fp32.py consolidates")
+	case LocalStateDict:
+		note("LOCAL_STATE_DICT ↔ DeepSpeed's per-rank checkpoint files (zero_pp_rank_*), which dszero writes with --save or --output_dir; consolidate with zero_to_fp32.py")
 	case FullStateDict:
 		if p.Stage == 3 {
 			note("FULL_STATE_DICT ↔ stage3_gather_16bit_weights_on_model_save: rank 0 writes the consolidated weights")

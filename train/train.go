@@ -149,6 +149,11 @@ type Config struct {
 	LoadDir   string
 	// LoadTag is the tag under LoadDir to resume from ("": LoadDir/latest).
 	LoadTag string
+	// Layout, when set, places and completes each save (the Trainer's
+	// checkpoint-N folders); SaveDir must be set too, and turns saving on.
+	Layout SaveLayout
+	// Format is what each save writes (DeepSpeed's files by default).
+	Format StateFormat
 	// EngineOptions, when set, adjusts each rank's engine options before
 	// the engine is built (a filesystem for swap files, test knobs).
 	EngineOptions func(rank int, o *zero.Options) error
@@ -166,7 +171,8 @@ type Config struct {
 }
 
 // CheckpointEvent is a checkpoint loaded or saved: Dir/Tag, at global
-// step Step, in Elapsed.
+// step Step, in Elapsed. A save through Config.Layout has Tag "" and Dir
+// the path its Commit returned.
 type CheckpointEvent struct {
 	Saved   bool // false: resumed from
 	Dir     string
@@ -246,6 +252,8 @@ func Run(cfg Config, onStep func(Record) error) ([]float32, error) {
 		return nil, fmt.Errorf("the plan is compiled for %d ranks but the communicator has %d", world, cfg.Comm.Size())
 	case len(cfg.Devices) != local:
 		return nil, fmt.Errorf("%d devices for %d ranks in this process", len(cfg.Devices), local)
+	case cfg.SaveAsync && (cfg.Layout != nil || cfg.Format != DeepSpeedFiles):
+		return nil, errors.New("train: SaveAsync writes DeepSpeed's files in SaveDir; a SaveLayout or another StateFormat saves synchronously")
 	}
 	if n := cfg.Model.Layout().Numel; cfg.Init != nil && len(cfg.Init) != n {
 		return nil, fmt.Errorf("initial weights have %d elements, the model %d", len(cfg.Init), n)
@@ -387,7 +395,12 @@ func (r *rank) run(onStep func(Record) error) ([]float32, error) {
 			return
 		}
 		ev := CheckpointEvent{Saved: saved, Dir: dir, Tag: checkpoint.Tag(eng.GlobalSteps()), Step: eng.GlobalSteps(), Elapsed: time.Since(t0)}
-		if !saved {
+		if saved && cfg.Layout != nil {
+			ev.Tag = "" // dir is the layout's whole checkpoint
+		}
+		if !saved && (checkpoint.IsSharded(dir) || checkpoint.IsFull(dir)) {
+			ev.Tag = "" // Accelerate's state dicts have no tags
+		} else if !saved {
 			if tag, err := checkpoint.LatestTag(dir); err == nil {
 				ev.Tag = tag // a DeepSpeed checkpoint's own tag
 			}
@@ -397,7 +410,7 @@ func (r *rank) run(onStep func(Record) error) ([]float32, error) {
 	first := 0
 	if cfg.LoadDir != "" {
 		t0 := time.Now()
-		if err := checkpoint.Load(cfg.LoadDir, cfg.LoadTag, eng, ck); err != nil {
+		if err := load(cfg.LoadDir, cfg.LoadTag, eng, ck); err != nil {
 			return nil, fmt.Errorf("resuming from %s: %w", cfg.LoadDir, err)
 		}
 		first = int(eng.GlobalSteps())
@@ -484,18 +497,25 @@ func (r *rank) run(onStep func(Record) error) ([]float32, error) {
 		}
 		if cfg.SaveDir != "" && r.saveAfter(s+1, verdict[0] == stop) {
 			t0 := time.Now()
-			if err := checkBeforeSave(ctx, c, eng, s+1, cfg.SaveDir); err != nil {
+			dir := cfg.SaveDir
+			if cfg.Layout != nil {
+				dir = cfg.Layout.Dir(int64(s + 1))
+			}
+			if err := checkBeforeSave(ctx, c, eng, s+1, dir); err != nil {
 				return nil, err
 			}
-			if cfg.SaveAsync {
+			if cfg.SaveAsync { // DeepSpeed's files in SaveDir: Run refuses a Layout or Format with it
 				if err := async.save(s + 1); err != nil {
 					return nil, err
 				}
+			} else if err := cfg.Format.save(dir, eng, ck); err != nil {
+				return nil, fmt.Errorf("step %d: saving a checkpoint in %s: %w", s+1, dir, err)
+			} else if cfg.Layout == nil {
+				tell(true, dir, t0) // an asynchronous one tells when it is finished
+			} else if path, err := finishSave(ctx, c, cfg.Layout, dir, s+1); err != nil {
+				return nil, err
 			} else {
-				if err := checkpoint.Save(cfg.SaveDir, "", eng, ck); err != nil {
-					return nil, fmt.Errorf("step %d: saving a checkpoint in %s: %w", s+1, cfg.SaveDir, err)
-				}
-				tell(true, cfg.SaveDir, t0) // an asynchronous one tells when it is finished
+				tell(true, path, t0)
 			}
 		}
 		if verdict[0] == stop {

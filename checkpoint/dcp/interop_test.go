@@ -116,6 +116,7 @@ func TestStandinReadsOurs(t *testing.T) {
 		}
 		args = append(args, dir)
 	}
+	args = append(args, filepath.Join("testdata", "dszero", "flat3")) // ZeRO's flat chunks
 	if out, err := exec.Command(py, args...).CombinedOutput(); err != nil {
 		t.Fatalf("standin.py read: %v\n%s", err, out)
 	}

@@ -277,6 +277,7 @@ func explainText(w io.Writer, p dsconfig.Plan) {
 	if s := p.Scheduler; s.Type != "" {
 		fmt.Fprintf(w, "  scheduler %s\n", s.Type)
 	}
+	explainCheckpoints(w, p)
 	fmt.Fprintf(w, "\nSettings not taken from DeepSpeed's defaults (value, source)\n")
 	settings := p.Settings()
 	sort.SliceStable(settings, func(i, j int) bool { return settings[i].Line < settings[j].Line })

@@ -47,7 +47,7 @@ func TestHelp(t *testing.T) {
 	}
 	// The names of one setting are listed together.
 	_, out, _ := runCLI("help", "train")
-	for _, want := range []string{"  --nproc, --num_gpus int\n", "  --save, --output_dir string\n", "  --save-interval, --save_steps int\n",
+	for _, want := range []string{"  --nproc, --num_gpus int\n", "  --save string\n", "  --output_dir string\n", "  --save_total_limit int\n", "  --save-interval, --save_steps int\n",
 		"  --micro-batch, --per_device_train_batch_size int\n", "  --resume_from_checkpoint string\n"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("help train lacks %q", want)

@@ -43,9 +43,11 @@ func commands() []command {
 				"    [--steps N] [--seq T] [--nproc N] [--save DIR [--save-interval N]] [--load DIR] [--json-log FILE] [HF flags]",
 			summary: "train a GPT; with no arguments, the embedded small GPT on Tiny Shakespeare from an embedded ds_config.\n" +
 				"--nproc N runs N data-parallel ranks in this process; mpirun -np N dszero train … runs one rank per\n" +
-				"process (go build -tags mpi). HF's and DeepSpeed's names work beside dszero's: --output_dir (--save),\n" +
-				"--save_steps (--save-interval), --resume_from_checkpoint PATH|true (--load; true: the latest checkpoint\n" +
-				"under --output_dir), --num_gpus (--nproc), --per_device_train_batch_size (--micro-batch: alone it sets\n" +
+				"process (go build -tags mpi). HF's and DeepSpeed's names work beside dszero's: --save_steps\n" +
+				"(--save-interval), --resume_from_checkpoint PATH|true (--load; true: the newest checkpoint under\n" +
+				"--output_dir or --save), --num_gpus (--nproc). --output_dir saves as HF's Trainer does (checkpoint-N\n" +
+				"folders, trainer_state.json, --save_total_limit); --save as DeepSpeed does (global_stepN).\n" +
+				"--per_device_train_batch_size (--micro-batch: alone it sets\n" +
 				"train_micro_batch_size_per_gpu; with other HF flags \"auto\" is filled as HF's Trainer fills it).",
 			examples: []string{
 				"dszero train",

@@ -47,7 +47,9 @@ func TestSaveModelStreamed(t *testing.T) {
 			t.Errorf("%s: config.json %q (%v), want %q", name, cfg, err, wantCfg)
 		}
 	}
-	if code, _, e := runCLI(append(append([]string(nil), common...), "--save-async")...); code != 2 || !strings.Contains(e, "--save-async needs --save") {
-		t.Errorf("--save-async without --save: exit %d, %q", code, e)
+	for _, extra := range [][]string{{"--save-async"}, {"--save-async", "--output_dir", filepath.Join(dir, "trainer")}} {
+		if code, _, e := runCLI(append(append([]string(nil), common...), extra...)...); code != 2 || !strings.Contains(e, "--save-async needs --save") {
+			t.Errorf("%v: exit %d, %q; want a usage error", extra, code, e)
+		}
 	}
 }

@@ -74,6 +74,7 @@ type trainFlags struct {
 	saveDir                      string
 	saveEvery                    int
 	saveAsync                    bool
+	trainer                      *trainerOpts // --output_dir and the Trainer's other checkpoint flags
 	loadDir                      string
 	commTimeout                  time.Duration
 	nproc                        int
@@ -129,9 +130,10 @@ func parseTrainFlags(args []string, stderr io.Writer) (*trainFlags, error) {
 	fs.BoolVar(&f.quiet, "quiet", false, "no progress bar")
 	fs.StringVar(&f.cpuProfile, "cpuprofile", "", "write a CPU profile (go tool pprof) to this file")
 	save := aliasVar(fs, &f.saveDir, parseString, "write DeepSpeed-layout checkpoints DIR/global_stepN to this directory (after the last step, and every --save-interval steps)",
-		"save", "output_dir")
-	every := aliasVar(fs, &f.saveEvery, atLeast(0, "steps"), "steps between checkpoints (with --save; 0: only after the last step)", "save-interval", "save_steps")
-	fs.BoolVar(&f.saveAsync, "save-async", false, "write each checkpoint in the background while training goes on, from a snapshot of the state in host memory (costs the model states' size; default: synchronous, streamed from the partitions)")
+		"save")
+	f.trainer = trainerFlags(fs)
+	every := aliasVar(fs, &f.saveEvery, atLeast(0, "steps"), "steps between checkpoints (with --save or --output_dir; 0: only after the last step)", "save-interval", "save_steps")
+	fs.BoolVar(&f.saveAsync, "save-async", false, "with --save: write each checkpoint in the background while training goes on, from a snapshot of the state in host memory (costs the model states' size; default: synchronous, streamed from the partitions)")
 	fs.StringVar(&f.loadDir, "load", "", "resume from this checkpoint directory's latest checkpoint (--steps is then the total)")
 	fs.DurationVar(&f.commTimeout, "comm-timeout", comm.DefaultTimeout, "a collective that does not complete within this fails every rank, naming the step, the collective and the ranks that did not arrive (DeepSpeed's and torch's default)")
 	var resume string
@@ -146,19 +148,8 @@ func parseTrainFlags(args []string, stderr io.Writer) (*trainFlags, error) {
 		return nil, usagef("unexpected argument %q", fs.Arg(0))
 	}
 	f.nprocSet = procs.set()
-	switch strings.ToLower(resume) {
-	case "", "false":
-	case "true":
-		if !save.set() {
-			return nil, usagef("--resume_from_checkpoint true resumes from the latest checkpoint in --output_dir (or --save); give that directory")
-		}
-		resume = f.saveDir
-		fallthrough
-	default:
-		if f.loadDir != "" && f.loadDir != resume {
-			return nil, usagef("--load %s and --resume_from_checkpoint %s name two checkpoints; give one", f.loadDir, resume)
-		}
-		f.loadDir = resume
+	if err := f.trainer.resolve(f, save.set(), resume); err != nil {
+		return nil, err
 	}
 	switch {
 	case f.fsdpFile != "" && f.fsdpJSON != "":
@@ -167,10 +158,10 @@ func parseTrainFlags(args []string, stderr io.Writer) (*trainFlags, error) {
 		return nil, usagef("--deepspeed and an FSDP setup (--fsdp-config, --fsdp) both say how to shard; give one")
 	case f.commTimeout <= 0:
 		return nil, usagef("--comm-timeout %v: want a positive duration, e.g. 30m or 90s", f.commTimeout)
-	case every.set() && !save.set():
+	case every.set() && f.saveDir == "":
 		return nil, usagef("--%s %d needs --save DIR (or --output_dir) to write the checkpoints to", every.by, f.saveEvery)
 	case f.saveAsync && !save.set():
-		return nil, usagef("--save-async needs --save DIR (or --output_dir) to write the checkpoints to")
+		return nil, usagef("--save-async needs --save DIR (DeepSpeed's layout) to write the checkpoints to; the Trainer's --output_dir saves synchronously")
 	}
 	return f, nil
 }

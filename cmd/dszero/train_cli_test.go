@@ -143,9 +143,9 @@ func TestTrainRejectsBadCounts(t *testing.T) {
 	}
 }
 
-// TestTrainHFNames: HF's names work beside dszero's — --output_dir and
-// --save_steps save, --resume_from_checkpoint true resumes from
-// --output_dir's latest checkpoint (a path, from that one) — and the
+// TestTrainHFNames: HF's names work beside dszero's — --save_steps
+// saves, --resume_from_checkpoint true resumes from --save's latest
+// checkpoint (a path, from that one) — and the
 // micro-batch alone (--per_device_train_batch_size or --micro-batch)
 // sets train_micro_batch_size_per_gpu without HF mode, whose mismatch
 // checks would reject the embedded config's lr 2e-3 against HF's default
@@ -153,16 +153,16 @@ func TestTrainRejectsBadCounts(t *testing.T) {
 func TestTrainHFNames(t *testing.T) {
 	dir := t.TempDir()
 	out1 := filepath.Join(dir, "out")
-	code, out, errs := runCLI(tinyTrain("--quiet", "--steps", "4", "--output_dir", out1, "--save_steps", "2")...)
+	code, out, errs := runCLI(tinyTrain("--quiet", "--steps", "4", "--save", out1, "--save_steps", "2")...)
 	if code != 0 {
-		t.Fatalf("--output_dir: exit %d\n%s%s", code, out, errs)
+		t.Fatalf("--save: exit %d\n%s%s", code, out, errs)
 	}
 	for _, tag := range []string{"global_step2", "global_step4"} {
 		if _, err := os.Stat(filepath.Join(out1, tag)); err != nil {
-			t.Errorf("--output_dir --save_steps 2: %v", err)
+			t.Errorf("--save --save_steps 2: %v", err)
 		}
 	}
-	code, out, errs = runCLI(tinyTrain("--quiet", "--steps", "5", "--output_dir", out1, "--resume_from_checkpoint", "true")...)
+	code, out, errs = runCLI(tinyTrain("--quiet", "--steps", "5", "--save", out1, "--resume_from_checkpoint", "true")...)
 	if code != 0 || !strings.Contains(out, "resumed from "+filepath.Join(out1, "global_step4")) || !strings.Contains(out, "done: 1 step (step 5)") {
 		t.Errorf("--resume_from_checkpoint true: exit %d\n%s%s", code, out, errs)
 	}

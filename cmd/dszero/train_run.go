@@ -79,11 +79,19 @@ func (j *trainJob) train() (trainResult, error) {
 	if res.saveModel == "" && f.saveDir != "" && (j.fp.StateDict == fsdpconfig.FullStateDict || plan.Zero.Stage == 3 && plan.Zero.Gather16BitWeightsOnModelSave) {
 		res.saveModel = filepath.Join(f.saveDir, "consolidated")
 	}
-	if streamsSaveModel(res.saveModel, f.saveDir) {
+	var layout *trainerLayout
+	if f.trainer.outputDir != "" {
+		var err error
+		epochOf := func(step int64) float64 { return j.loader.Epoch(int(step)) }
+		if layout, err = newTrainerLayout(f.trainer, f.seed, n, f.saveEvery, j.B, epochOf, stdout); err != nil {
+			return res, err
+		}
+	}
+	if f.trainer.outputDir == "" && streamsSaveModel(res.saveModel, f.saveDir) {
 		res.modelFrom = f.saveDir
 	}
 	start := time.Now()
-	final, err := train.Run(train.Config{Plan: plan, Model: j.mcfg, InitRange: initRange, Seed: f.seed, ReturnParams: res.saveModel != "" && res.modelFrom == "", Batches: train.Tokens(j.loader, j.T), SeqLen: j.T, Steps: n, Devices: j.devs, Comm: j.l.comm(),
+	final, err := train.Run(train.Config{Layout: saveLayout(layout), Format: stateFormat(f, j.fp), Plan: plan, Model: j.mcfg, InitRange: initRange, Seed: f.seed, ReturnParams: res.saveModel != "" && res.modelFrom == "", Batches: train.Tokens(j.loader, j.T), SeqLen: j.T, Steps: n, Devices: j.devs, Comm: j.l.comm(),
 		Checkpoint: f.gradCkpt || plan.ActivationCheckpointing.Present || j.fp.ActivationCkpt, CPUCheckpoint: plan.ActivationCheckpointing.CPUCheckpointing,
 		KeepAfterForward: j.fp.KeepAfterForward, WrapMinNumParams: j.fp.WrapMinNumParams,
 		SaveDir: f.saveDir, SaveInterval: f.saveEvery, SaveAsync: f.saveAsync, LoadDir: f.loadDir, Timeout: f.commTimeout,
@@ -103,6 +111,9 @@ func (j *trainJob) train() (trainResult, error) {
 		},
 		Warn: func(msg string) { fmt.Fprintf(j.stderr, "dszero train: warning: %s\n", msg) }},
 		func(r train.Record) error {
+			if layout != nil {
+				layout.log(r)
+			}
 			if res.ran == 0 {
 				res.first = r
 			}

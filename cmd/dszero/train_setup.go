@@ -193,7 +193,7 @@ func (j *trainJob) checkOutputs() error {
 	f := j.f
 	if f.saveDir != "" {
 		if err := writableDir(f.saveDir); err != nil {
-			return fmt.Errorf("--save %s: %w", f.saveDir, err)
+			return fmt.Errorf("%s %s: %w", f.saveFlag(), f.saveDir, err)
 		}
 	}
 	if f.saveModel != "" && j.l.lead() {

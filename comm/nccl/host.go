@@ -66,95 +66,83 @@ func (c *Comm) prepare(x *call) error {
 		}
 	}
 	esize := dt.Size()
+	var err error
 	switch a.Kind {
 	case comm.KindAllReduce:
 		o.count = a.Out.Len()
 		if pre {
-			send, err := c.stage(x, divided(a.Out, n), true)
-			if err != nil {
-				return err
-			}
-			recv, err := c.stage(x, a.Out, false)
-			if err != nil {
-				return err
-			}
-			o.send, o.recv = send.Ptr(), recv.Ptr()
-			x.returns(recv, 0, a.Out.Bytes())
-			break
+			err = c.stageApart(x, &o, divided(a.Out, n), a.Out)
+		} else {
+			err = c.stageInPlace(x, &o, a.Out, 0, 0, 0, a.Out.Bytes())
 		}
-		s, err := c.stage(x, a.Out, true)
-		if err != nil {
-			return err
-		}
-		o.send, o.recv = s.Ptr(), s.Ptr()
-		x.returns(s, 0, a.Out.Bytes())
 	case comm.KindReduceScatter:
 		m := a.Out.Len()
 		o.count = m
 		inPlace := m > 0 && comm.Same(a.Out, a.In.Slice(me*m, (me+1)*m))
 		if inPlace && !pre {
-			s, err := c.stage(x, a.In, true)
-			if err != nil {
-				return err
-			}
 			off := me * m * esize
-			o.send, o.recv = s.Ptr(), s.Ptr()+driver.DevicePtr(off)
-			x.returns(s, off, a.Out.Bytes())
+			err = c.stageInPlace(x, &o, a.In, 0, off, off, a.Out.Bytes())
 			break
 		}
 		in := a.In
 		if pre {
 			in = divided(a.In, n)
 		}
-		send, err := c.stage(x, in, true)
-		if err != nil {
-			return err
-		}
-		recv, err := c.stage(x, a.Out, false)
-		if err != nil {
-			return err
-		}
-		o.send, o.recv = send.Ptr(), recv.Ptr()
-		x.returns(recv, 0, a.Out.Bytes())
+		err = c.stageApart(x, &o, in, a.Out)
 	case comm.KindAllGather:
 		m := a.In.Len()
 		o.count = m
 		if m > 0 && comm.Same(a.In, a.Out.Slice(me*m, (me+1)*m)) {
-			s, err := c.stage(x, a.Out, true)
-			if err != nil {
-				return err
-			}
-			o.send, o.recv = s.Ptr()+driver.DevicePtr(me*m*esize), s.Ptr()
-			x.returns(s, 0, a.Out.Bytes())
+			err = c.stageInPlace(x, &o, a.Out, me*m*esize, 0, 0, a.Out.Bytes())
 			break
 		}
-		send, err := c.stage(x, a.In, true)
-		if err != nil {
-			return err
-		}
-		recv, err := c.stage(x, a.Out, false)
-		if err != nil {
-			return err
-		}
-		o.send, o.recv = send.Ptr(), recv.Ptr()
-		x.returns(recv, 0, a.Out.Bytes())
+		err = c.stageApart(x, &o, a.In, a.Out)
 	case comm.KindBroadcast:
 		o.count = a.Out.Len()
-		s, err := c.stage(x, a.Out, me == a.Root)
-		if err != nil {
-			return err
+		var s Staged
+		if s, err = c.stage(x, a.Out, me == a.Root); err == nil {
+			o.send, o.recv = s.Ptr(), s.Ptr()
+			x.returns(s, 0, a.Out.Bytes())
 		}
-		o.send, o.recv = s.Ptr(), s.Ptr()
-		x.returns(s, 0, a.Out.Bytes())
 	case comm.KindBarrier:
 		o.kind, o.count = comm.KindAllReduce, 1
-		s, err := c.stage(x, comm.F32(make([]float32, 1)), true)
-		if err != nil {
-			return err
-		}
-		o.send, o.recv = s.Ptr(), s.Ptr()
+		err = c.stageInPlace(x, &o, comm.F32(make([]float32, 1)), 0, 0, 0, 0)
+	}
+	if err != nil {
+		return err
 	}
 	x.ops = []op{o}
+	return nil
+}
+
+// stageApart stages in (uploaded) and out (not uploaded) as two device
+// buffers, points o at them, and notes that out comes back after x.
+func (c *Comm) stageApart(x *call, o *op, in, out comm.Buffer) error {
+	send, err := c.stage(x, in, true)
+	if err != nil {
+		return err
+	}
+	recv, err := c.stage(x, out, false)
+	if err != nil {
+		return err
+	}
+	o.send, o.recv = send.Ptr(), recv.Ptr()
+	x.returns(recv, 0, out.Bytes())
+	return nil
+}
+
+// stageInPlace stages b once (uploaded), points o's send and receive at
+// byte offsets sendOff and recvOff inside it, and notes that bytes
+// [retOff, retOff+retN) come back after x (none when retN is 0).
+func (c *Comm) stageInPlace(x *call, o *op, b comm.Buffer, sendOff, recvOff, retOff int, retN int64) error {
+	s, err := c.stage(x, b, true)
+	if err != nil {
+		return err
+	}
+	o.send, o.recv = s.Ptr()+driver.DevicePtr(sendOff), s.Ptr()+driver.DevicePtr(recvOff)
+	if retN > 0 {
+		x.returns(s, retOff, retN)
+	}
 	return nil
 }
 

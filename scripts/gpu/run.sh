@@ -84,9 +84,11 @@ step facts 30 bash -c "$(declare -f facts); facts"
 # checkpoint/dcp/testdata/spec.json on 1 and 3 ranks and an FSDP2 model's
 # Accelerate-style checkpoint into $OUT/dcp-torch (copy them into
 # checkpoint/dcp/testdata/torch/ to commit: TestReadTorch reads them), and
-# dcp.load reads dszero's checkpoint (checkpoint/dcp/testdata/dszero/w3)
-# on 1 and 2 ranks and through dcp_to_torch_save.
-step dcp-interop 240 env CUDA_VISIBLE_DEVICES= python3 checkpoint/dcp/testdata/gen/torch_dcp.py all "$OUT/dcp-torch" checkpoint/dcp/testdata/dszero/w3
+# dcp.load reads dszero's checkpoints (checkpoint/dcp/testdata/dszero/w3 in
+# FSDP's row chunks, dszero/flat3 in ZeRO's flat chunks as --output_dir's
+# SHARDED_STATE_DICT saves write them) on 1 and 2 ranks and through
+# dcp_to_torch_save.
+step dcp-interop 240 env CUDA_VISIBLE_DEVICES= python3 checkpoint/dcp/testdata/gen/torch_dcp.py all "$OUT/dcp-torch" checkpoint/dcp/testdata/dszero/w3 checkpoint/dcp/testdata/dszero/flat3
 
 # 2. The package's GPU tests, about 60 s: open the device, memory round
 # trips, NVRTC build of every kernel for this GPU (the cache goes to
