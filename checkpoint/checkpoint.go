@@ -2,12 +2,10 @@ package checkpoint
 
 import (
 	"context"
-	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -16,6 +14,7 @@ import (
 
 	"github.com/dszero/dszero/comm"
 	"github.com/dszero/dszero/internal/zcore"
+	"github.com/dszero/dszero/mem"
 	"github.com/dszero/dszero/model"
 	"github.com/dszero/dszero/ptfile"
 	"github.com/dszero/dszero/zero"
@@ -34,6 +33,17 @@ type Options struct {
 	// DSConfig is the ds_config value the files carry (a ptfile value:
 	// the parsed JSON as *ptfile.Dict); nil writes what the plan knows.
 	DSConfig any
+	// Write tunes the files' writer (its I/O buffer, O_DIRECT); the zero
+	// value is ptfile's default.
+	Write ptfile.WriteOptions
+	// Acct, when set, is the rank's accountant: a save reserves its
+	// writer's scratch (ptfile.ScratchBytes) on it as temporaries while it
+	// writes, and an asynchronous save its snapshot.
+	Acct *mem.Accountant
+
+	// fault, set by tests, is called before each file of a save is
+	// written; its error fails the write.
+	fault func(path string) error
 }
 
 // manifest is a rank's list of the files it wrote.
@@ -164,7 +174,10 @@ func Save(dir, tag string, e *zero.Engine, o Options) error {
 	if err = sy.agree(err, "prepare the directory "+tmp+" for checkpoint "+final); err != nil {
 		return err
 	}
-	err = saveRank(tmp, e, o, rank)
+	v, err := viewOf(e)
+	if err == nil {
+		err = saveRank(tmp, e, v, o, rank)
+	}
 	if err = sy.agree(err, "write its files of checkpoint "+final); err != nil {
 		return err
 	}
@@ -187,10 +200,15 @@ func prepare(dir, final, tmp string) error {
 	return nil
 }
 
-func saveRank(tmp string, e *zero.Engine, o Options, rank int) error {
-	st, err := e.ExportState()
-	if err != nil {
-		return fmt.Errorf("checkpoint: rank %d: %w", rank, err)
+// saveRank writes the rank's files of the view v into tmp: each streamed
+// from v's buffers (ptfile.Source) through one I/O buffer, with its sha256
+// computed as it is written (ptfile.WriteFile).
+func saveRank(tmp string, e *zero.Engine, v view, o Options, rank int) error {
+	st := v.st
+	for _, g := range st.Strategy.Groups {
+		if g.Streamed != nil && g.Streamed.Close != nil {
+			defer g.Streamed.Close()
+		}
 	}
 	if o.Layout == nil || o.Layout.Numel != st.Strategy.Numel {
 		return fmt.Errorf("checkpoint: Options.Layout must be the engine's model layout")
@@ -205,21 +223,34 @@ func saveRank(tmp string, e *zero.Engine, o Options, rank int) error {
 	modelName, optimName := FileNames(stage, rank, plan.Precision.DType)
 	id := identity{Kind: kindModel, Rank: rank, World: st.Strategy.World, Stage: stage, DType: plan.Precision.DType, Steps: st.GlobalSteps,
 		Numel: int64(o.Layout.Numel), RoundRobin: plan.Zero.RoundRobinGradients && (stage == 1 || stage == 2)}
+	if o.Acct != nil {
+		n := ptfile.ScratchBytes(o.Write)
+		if err := o.Acct.Reserve(mem.Temp, mem.Device, n); err != nil {
+			return fmt.Errorf("checkpoint: rank %d: the writer's buffer: %w", rank, err)
+		}
+		defer o.Acct.Release(mem.Temp, mem.Device, n)
+	}
+	wr := ptfile.NewWriter(o.Write) // one I/O buffer for the rank's files
 	write := func(name string, root any) error {
 		p := filepath.Join(tmp, name)
-		if err := ptfile.Write(p, root); err != nil {
+		if o.fault != nil {
+			if err := o.fault(p); err != nil {
+				return fmt.Errorf("checkpoint: rank %d: write %s: %w", rank, p, err)
+			}
+		}
+		w, err := wr.WriteFile(p, root)
+		if err != nil {
 			return fmt.Errorf("checkpoint: rank %d: %w", rank, err)
 		}
-		ent, err := digest(p)
-		if err != nil {
-			return err
-		}
-		man.Files = append(man.Files, ent)
+		man.Files = append(man.Files, manifestEntry{Name: name, Bytes: w.Bytes, SHA256: hex.EncodeToString(w.SHA256[:])})
 		return nil
 	}
 	if modelName != "" {
-		work, _ := e.ModelBuffers()
-		if err := write(modelName, withIdentity(modelStates(e, st, o.Layout, work[:o.Layout.Numel], ds), id)); err != nil {
+		work := v.work // stage 3's model states hold placeholders, not the parameters
+		if stage < 3 {
+			work = work[:o.Layout.Numel]
+		}
+		if err := write(modelName, withIdentity(modelStates(e, st, o.Layout, work, ds), id)); err != nil {
 			return err
 		}
 	}
@@ -232,20 +263,6 @@ func saveRank(tmp string, e *zero.Engine, o Options, rank int) error {
 	}
 	b, _ := json.MarshalIndent(man, "", " ")
 	return writeFileSync(filepath.Join(tmp, manifestName(rank)), b)
-}
-
-func digest(path string) (manifestEntry, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return manifestEntry{}, fmt.Errorf("checkpoint: %w", err)
-	}
-	defer f.Close()
-	h := sha256.New()
-	n, err := io.Copy(h, f)
-	if err != nil {
-		return manifestEntry{}, fmt.Errorf("checkpoint: reading %s: %w", path, err)
-	}
-	return manifestEntry{Name: filepath.Base(path), Bytes: n, SHA256: hex.EncodeToString(h.Sum(nil))}, nil
 }
 
 // writeFileSync writes path through a temporary file, fsynced and renamed.
@@ -401,7 +418,18 @@ func readRank(dir, tag string, e *zero.Engine, o Options) (zero.State, error) {
 		if (stage == 1 || stage == 2) && x.dszero && x.ref.RoundRobin != rr {
 			return st, fmt.Errorf("checkpoint %s was saved with round_robin_gradients %v, this run has %v: the partitions hold the parameters in another order; set round_robin_gradients as it was saved", path, x.ref.RoundRobin, rr)
 		}
-		return readSaved(path, x, stage, rank, world, dtype, o.Layout)
+		// Stage 3 reads the fp32 partitions and optimizer state straight
+		// into the engine's own buffers (its view), which ImportState then
+		// takes as they are: no copy of the state is made.
+		var into *zcore.StrategyState
+		if stage == 3 {
+			v, err := e.ViewState()
+			if err != nil {
+				return st, err
+			}
+			into = &v.Strategy
+		}
+		return readSaved(path, x, stage, rank, world, dtype, o.Layout, into)
 	}
 	// Another stage or world size: every rank reads every saved rank's
 	// state, puts the model's fp32 master and optimizer state back
@@ -431,8 +459,10 @@ func expectOf(path string, man manifest, dtype string, l *model.Layout, rr bool)
 }
 
 // readSaved reads saved rank rank's state of a checkpoint of stage over
-// world ranks, checking each file it reads against x.
-func readSaved(path string, x expect, stage, rank, world int, dtype string, l *model.Layout) (zero.State, error) {
+// world ranks, checking each file it reads against x. into, when not nil,
+// is where the fp32 groups' values go where their sizes match (see
+// readOptim).
+func readSaved(path string, x expect, stage, rank, world int, dtype string, l *model.Layout, into *zcore.StrategyState) (zero.State, error) {
 	var st zero.State
 	manRank := rank
 	if stage == 0 {
@@ -466,10 +496,11 @@ func readSaved(path string, x expect, stage, rank, world int, dtype string, l *m
 		modelRank = rank
 	}
 	_, optimName := FileNames(stage, rank, dtype)
-	ms, err := readChecked(path, modelName, man0, l)
+	ms, closeMS, err := readChecked(path, modelName, man0, l)
 	if err != nil {
 		return st, err
 	}
+	defer closeMS()
 	if man.foreign {
 		if _, err := ptfile.Lookup(ms, "dszero"); err == nil {
 			return st, fmt.Errorf("checkpoint: %s was written by dszero but its manifest %s is missing: the save did not complete, or the directory was altered", path, manifestName(manRank))
@@ -509,13 +540,15 @@ func readSaved(path string, x expect, stage, rank, world int, dtype string, l *m
 	case stage == 0:
 		err = readStage0(ms, &st, l, dtype)
 	default:
-		if src, err = readChecked(path, optimName, man, l); err != nil {
+		var closeOS func()
+		if src, closeOS, err = readChecked(path, optimName, man, l); err != nil {
 			return st, err
 		}
+		defer closeOS()
 		if err := x.check(optimName, rank, kindOptim, src); err != nil {
 			return st, err
 		}
-		err = readOptim(src, &st)
+		err = readOptim(src, &st, into)
 	}
 	if err != nil {
 		return st, fmt.Errorf("%s: %w", path, err)
@@ -544,11 +577,14 @@ func readManifest(path string, rank int) (manifest, error) {
 }
 
 // readChecked reads name after checking its size and sha256 against the
-// manifest, and the storages it declares against the model l.
-func readChecked(path, name string, man manifest, l *model.Layout) (any, error) {
+// manifest, and the storages it declares against the model l. A file
+// dszero wrote is streamed (readStreamed): its tensors are read from the
+// file when their values are asked for, until done is called.
+func readChecked(path, name string, man manifest, l *model.Layout) (root any, done func(), err error) {
 	p := filepath.Join(path, name)
 	if man.foreign {
-		return readFile(p, l, man.World)
+		root, err := readFile(p, l, man.World)
+		return root, func() {}, err
 	}
 	var want *manifestEntry
 	for i := range man.Files {
@@ -557,19 +593,19 @@ func readChecked(path, name string, man manifest, l *model.Layout) (any, error) 
 		}
 	}
 	if want == nil {
-		return nil, fmt.Errorf("checkpoint: %s is not in rank %d's manifest", p, man.Rank)
+		return nil, nil, fmt.Errorf("checkpoint: %s is not in rank %d's manifest", p, man.Rank)
 	}
 	got, err := digest(p)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	if got.Bytes != want.Bytes {
-		return nil, fmt.Errorf("checkpoint: %s has %d bytes, the manifest says %d: the file is truncated or was replaced", p, got.Bytes, want.Bytes)
+		return nil, nil, fmt.Errorf("checkpoint: %s has %d bytes, the manifest says %d: the file is truncated or was replaced", p, got.Bytes, want.Bytes)
 	}
 	if got.SHA256 != want.SHA256 {
-		return nil, fmt.Errorf("checkpoint: %s does not match its sha256 in the manifest: the file is corrupted", p)
+		return nil, nil, fmt.Errorf("checkpoint: %s does not match its sha256 in the manifest: the file is corrupted", p)
 	}
-	return readFile(p, l, man.World)
+	return readStreamed(p, l, man.World)
 }
 
 // checkShapes compares the checkpoint's parameter names and shapes with
@@ -599,7 +635,7 @@ func checkShapes(ms any, l *model.Layout, stage int, file string) error {
 func readStage0(ms any, st *zero.State, l *model.Layout, dtype string) error {
 	g := zcore.GroupState{Optim: zcore.OptimState{State: map[string][]float32{}}}
 	for i := range l.Specs {
-		if err := readTorchState(ms, fmt.Sprintf("optimizer.state[%d]", i), &g.Optim); err != nil {
+		if err := readTorchState(ms, fmt.Sprintf("optimizer.state[%d]", i), &g.Optim, nil); err != nil {
 			return err
 		}
 	}
@@ -635,15 +671,18 @@ func readPartitionedStage0(path string, x expect, man0 manifest, l *model.Layout
 			}
 		}
 		_, name := FileNames(0, r, dtype)
-		v, err := readChecked(path, name, man, l)
+		v, done, err := readChecked(path, name, man, l)
 		if err != nil {
 			return err
 		}
 		if err := x.check(name, r, kindOptim, v); err != nil {
+			done()
 			return err
 		}
 		saved[r].Strategy.Stage = 1
-		if err := readOptim(v, &saved[r]); err != nil {
+		err = readOptim(v, &saved[r], nil)
+		done()
+		if err != nil {
 			return fmt.Errorf("%s: %w", name, err)
 		}
 	}
@@ -655,7 +694,11 @@ func readPartitionedStage0(path string, x expect, man0 manifest, l *model.Layout
 	return nil
 }
 
-func readOptim(v any, st *zero.State) error {
+// readOptim reads an optim-states file's fp32 groups and optimizer state
+// into st. A group's master, and a state tensor of the same size, are
+// read into into's group (the engine's own buffers) when into has one of
+// that size; into may be nil.
+func readOptim(v any, st *zero.State, into *zcore.StrategyState) error {
 	var groups []any
 	var statePath string
 	if st.Strategy.Stage == 3 {
@@ -677,11 +720,15 @@ func readOptim(v any, st *zero.State) error {
 		if !ok {
 			return fmt.Errorf("fp32 group %d is %s, not a tensor", g, ptfile.TypeName(groups[g]))
 		}
-		var err error
-		if gs.Master, err = t.Float32s(); err != nil {
-			return err
+		var dst *zcore.GroupState
+		if into != nil && g < len(into.Groups) {
+			dst = &into.Groups[g]
 		}
-		if err := readTorchState(v, fmt.Sprintf(statePath, g), &gs.Optim); err != nil {
+		var err error
+		if gs.Master, err = values(t, groupMaster(dst)); err != nil {
+			return fmt.Errorf("fp32 group %d: %w", g, err)
+		}
+		if err := readTorchState(v, fmt.Sprintf(statePath, g), &gs.Optim, groupState(dst)); err != nil {
 			return err
 		}
 		// Stages 1 and 2 save the optimizer state with the partition's

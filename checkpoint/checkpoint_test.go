@@ -69,6 +69,11 @@ type mlpRun struct {
 	swap               nvme.FS
 	before, beforeSave func(step int)
 	format             string // "sharded", "full": save and load Accelerate's SHARDED_ or FULL_STATE_DICT
+	// async saves with SaveAsync, polled after every later step and
+	// waited for after the last; afterSave(step) is called on rank 0 when
+	// SaveAsync returns.
+	async     bool
+	afterSave func(step int)
 }
 
 func (mr mlpRun) run(plan dsconfig.Plan, d ztest.MLPData) (result, error) {
@@ -118,6 +123,7 @@ func (mr mlpRun) run(plan dsconfig.Plan, d ztest.MLPData) (result, error) {
 			return err
 		}
 		x, y := make([]float32, B*16), make([]float32, B*8)
+		var pending *checkpoint.Pending
 		for s := from; s < to; s++ {
 			if mr.before != nil {
 				if r == 0 {
@@ -146,6 +152,13 @@ func (mr mlpRun) run(plan dsconfig.Plan, d ztest.MLPData) (result, error) {
 			if _, err := eng.Step(); err != nil {
 				return err
 			}
+			if pending != nil {
+				if done, err := pending.Poll(); err != nil {
+					return err
+				} else if done {
+					pending = nil
+				}
+			}
 			if slices.Contains(mr.saveAt, s+1) {
 				if mr.beforeSave != nil {
 					if r == 0 {
@@ -162,9 +175,26 @@ func (mr mlpRun) run(plan dsconfig.Plan, d ztest.MLPData) (result, error) {
 				case "full":
 					save = func() error { return checkpoint.SaveFull(mr.dir, eng, co) }
 				}
-				if err := save(); err != nil {
+				if mr.async {
+					if pending != nil {
+						if err := pending.Wait(); err != nil {
+							return err
+						}
+					}
+					if pending, err = checkpoint.SaveAsync(mr.dir, "", eng, co); err != nil {
+						return fmt.Errorf("saving after step %d: %w", s+1, err)
+					}
+				} else if err := save(); err != nil {
 					return fmt.Errorf("saving after step %d: %w", s+1, err)
 				}
+				if mr.afterSave != nil && r == 0 {
+					mr.afterSave(s + 1)
+				}
+			}
+		}
+		if pending != nil {
+			if err := pending.Wait(); err != nil {
+				return err
 			}
 		}
 		if res.states[r], err = eng.ExportState(); err != nil {

@@ -43,8 +43,12 @@
 // # Crash safety
 //
 // Every rank writes its files into DIR/.TAG.tmp, each file written to a
-// temporary name, fsynced and renamed (ptfile.Write), and lists them with
-// their sizes and sha256 in its manifest. When all ranks are done, rank 0
+// temporary name, fsynced and renamed (ptfile.WriteFile), and lists them
+// with their sizes and sha256 in its manifest. The files are streamed
+// from the rank's buffers in place (view.go): a save's extra memory is
+// the writer's I/O buffer, not a copy of the state; the sha256 is
+// computed as each file is written. SaveAsync (async.go) writes from a
+// snapshot in the background instead, publishing when every rank is done. When all ranks are done, rank 0
 // renames the directory to DIR/TAG, fsyncs DIR, and only then replaces
 // DIR/latest (again through a temporary file and a rename). A crash at any
 // point leaves the previous checkpoint, and latest naming it, intact. A
@@ -57,7 +61,9 @@
 // Load reads the tag from latest (refusing a tag that leaves DIR), checks
 // every file it reads against the manifest — a truncated or altered file
 // is an error naming it — and restores the rank's state bit for bit into
-// an engine built from the same config: the next steps are those of the
+// an engine built from the same config (a dszero file's tensors are read
+// from the file where they go, at stage 3 into the engine's own buffers,
+// never as a copy of the file): the next steps are those of the
 // uninterrupted run. A checkpoint of another ZeRO stage or world size is
 // resharded (reshard.go): every rank reads every saved rank's fp32 master
 // and optimizer state, puts the model's back together and takes its own

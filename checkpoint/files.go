@@ -3,6 +3,7 @@ package checkpoint
 import (
 	"errors"
 	"fmt"
+	"github.com/dszero/dszero/internal/zcore"
 
 	"github.com/dszero/dszero/model"
 	"github.com/dszero/dszero/ptfile"
@@ -104,3 +105,64 @@ type fileError struct {
 
 func (e *fileError) Error() string { return e.pe.Message() + ": " + e.hint }
 func (e *fileError) Unwrap() error { return e.pe }
+
+// streamMin is the size from which a storage of a streamed file is read
+// where its values go rather than loaded: smaller ones (steps, scalars,
+// the pickled client state's tensors) are loaded at open.
+const streamMin = 64 << 10
+
+// readStreamed opens a checkpoint file for a model of layout l saved on
+// world ranks as readFile does, but loads only its small storages: the
+// others are read, when their values are asked for (values), from the
+// file (ptfile.File.Stream), each checked against its CRC-32 as it is
+// read, until done is called.
+func readStreamed(path string, l *model.Layout, world int) (root any, done func(), err error) {
+	f, err := openFile(path)
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := checkStorages(f, l.Numel, len(l.Specs), world); err != nil {
+		f.Close()
+		return nil, nil, err
+	}
+	for _, s := range f.Storages {
+		if s.NBytes() < streamMin {
+			if err := f.Load(s); err != nil {
+				f.Close()
+				return nil, nil, userError(err)
+			}
+		}
+	}
+	f.Stream()
+	return f.Root, func() { f.Close() }, nil
+}
+
+// values reads a floating tensor's elements as float32: into dst when it
+// has the tensor's size (the engine's own buffer), into a new slice
+// otherwise.
+func values(t *ptfile.Tensor, dst []float32) ([]float32, error) {
+	if !t.Contiguous() {
+		return t.Float32s()
+	}
+	if int64(len(dst)) != t.Numel() {
+		dst = make([]float32, t.Numel())
+	}
+	if err := t.ReadFloat32(dst); err != nil {
+		return nil, userError(err)
+	}
+	return dst, nil
+}
+
+func groupMaster(g *zcore.GroupState) []float32 {
+	if g == nil {
+		return nil
+	}
+	return g.Master
+}
+
+func groupState(g *zcore.GroupState) map[string][]float32 {
+	if g == nil {
+		return nil
+	}
+	return g.Optim.State
+}

@@ -6,7 +6,6 @@ import (
 	"strings"
 
 	"github.com/dszero/dszero/dsconfig"
-	"github.com/dszero/dszero/half"
 	"github.com/dszero/dszero/internal/zcore"
 	"github.com/dszero/dszero/model"
 	"github.com/dszero/dszero/ptfile"
@@ -65,13 +64,15 @@ func clientState(st zero.State, master16 []float32) *ptfile.Dict {
 		"loss_scaler", ptfile.DictOf("cur_scale", st.Scaler.CurScale, "cur_iter", st.Scaler.CurIter,
 			"last_overflow_iter", st.Scaler.LastOverflowIter, "cur_hysteresis", st.Scaler.CurHysteresis, "dynamic", st.Dynamic))
 	if master16 != nil {
-		d.Set("fp32_master", ptfile.FromFloat32([]int64{int64(len(master16))}, master16))
+		d.Set("fp32_master", ptfile.ViewFloat32([]int64{int64(len(master16))}, master16))
 	}
 	return d
 }
 
-// torchState is one flat parameter's entry of a torch optimizer's state.
-func torchState(o zcore.OptimState, lo, hi int, shape []int64) *ptfile.Dict {
+// torchState is one flat parameter's entry of a torch optimizer's state:
+// views of elements [lo, hi) of o's buffers, followed by pad zeros (the
+// padding of a stage-1/2 partition), as a tensor of shape.
+func torchState(o zcore.OptimState, lo, hi, pad int, shape []int64) *ptfile.Dict {
 	d := ptfile.NewDict()
 	if strings.HasPrefix(o.Name, "torch.") {
 		d.Set("step", ptfile.FromFloat32(nil, []float32{float32(o.Steps)}))
@@ -80,7 +81,24 @@ func torchState(o zcore.OptimState, lo, hi int, shape []int64) *ptfile.Dict {
 	}
 	for _, n := range o.Names {
 		if v, ok := o.State[n]; ok {
-			d.Set(n, ptfile.FromFloat32(shape, v[lo:hi]))
+			d.Set(n, stateTensor(v[lo:hi], pad, shape))
+		}
+	}
+	return d
+}
+
+// streamedState is torchState of a group read from where it lives
+// (zcore.StreamedGroup), as tensors of shape.
+func streamedState(o zcore.OptimState, sg *zcore.StreamedGroup, shape []int64) *ptfile.Dict {
+	d := ptfile.NewDict()
+	if strings.HasPrefix(o.Name, "torch.") {
+		d.Set("step", ptfile.FromFloat32(nil, []float32{float32(o.Steps)}))
+	} else {
+		d.Set("step", o.Steps)
+	}
+	for _, n := range o.Names {
+		if r, ok := sg.Readers[n]; ok {
+			d.Set(n, ptfile.NewSourceTensor(ptfile.Float32, shape, r))
 		}
 	}
 	return d
@@ -151,18 +169,11 @@ func module(l *model.Layout, work []float32, dtype string, stage int) *ptfile.Di
 		}
 		return d
 	}
-	var flat *ptfile.Tensor
-	switch dt {
-	case ptfile.BFloat16:
-		b := make([]uint16, len(work))
-		half.F32ToBF16(b, work)
-		flat = ptfile.FromBits16(dt, []int64{int64(len(b))}, b)
-	case ptfile.Float16:
-		b := make([]uint16, len(work))
-		half.F32ToF16(b, work)
-		flat = ptfile.FromBits16(dt, []int64{int64(len(b))}, b)
-	default:
-		flat = ptfile.FromFloat32([]int64{int64(len(work))}, work)
+	// The working parameters as the file holds them, rounded to 16 bits
+	// a piece at a time as the writer reads them: no copy of the model.
+	flat := ptfile.ViewFloat32([]int64{int64(len(work))}, work)
+	if dt != ptfile.Float32 {
+		flat = ptfile.NewSourceTensor(dt, []int64{int64(len(work))}, ptfile.Half16Source(dt, work))
 	}
 	for _, sp := range l.Specs {
 		sh := shape64(sp.Shape)
@@ -203,7 +214,7 @@ func modelStates(e *zero.Engine, st zero.State, l *model.Layout, work []float32,
 		g := st.Strategy.Groups[0]
 		state := ptfile.NewDict()
 		for i, sp := range l.Specs {
-			state.Set(i, torchState(g.Optim, sp.Offset, sp.Offset+sp.Numel, shape64(sp.Shape)))
+			state.Set(i, torchState(g.Optim, sp.Offset, sp.Offset+sp.Numel, 0, shape64(sp.Shape)))
 		}
 		d.Set("optimizer", ptfile.DictOf("state", state, "param_groups", ptfile.List{paramGroup(g.Optim, len(l.Specs), betasTuple(plan))}))
 		d.Set("param_shapes", nil)
@@ -279,9 +290,16 @@ func optimStates(e *zero.Engine, st zero.State, l *model.Layout, dsConfig any) *
 		state := ptfile.NewDict()
 		var flats ptfile.List
 		for g, gs := range ss.Groups {
+			if sg := gs.Streamed; sg != nil {
+				// In swap files: each tensor read from its file as it is written.
+				n := []int64{int64(sg.N)}
+				state.Set(g, streamedState(gs.Optim, sg, n))
+				flats = append(flats, ptfile.NewSourceTensor(ptfile.Float32, n, sg.Readers["master"]))
+				continue
+			}
 			n := len(gs.Master)
-			state.Set(g, torchState(gs.Optim, 0, n, []int64{int64(n)}))
-			flats = append(flats, ptfile.FromFloat32([]int64{int64(n)}, gs.Master))
+			state.Set(g, torchState(gs.Optim, 0, n, 0, []int64{int64(n)}))
+			flats = append(flats, ptfile.ViewFloat32([]int64{int64(n)}, gs.Master))
 		}
 		osd.Set("optimizer_state_dict", ptfile.DictOf("state", state, "param_groups", ptfile.List{paramGroup(ss.Groups[0].Optim, len(ss.Groups), betasTuple(plan))}))
 		osd.Set("fp32_flat_groups", flats)
@@ -354,14 +372,14 @@ func readResume(v any, path string, gs []zcore.GroupState) error {
 	return nil
 }
 
-// padOptim is o's state over elements [lo, hi) followed by pad zeros.
-func padOptim(o zcore.OptimState, lo, hi, pad int) zcore.OptimState {
-	p := o
-	p.State = make(map[string][]float32, len(o.State))
-	for k, v := range o.State {
-		p.State[k] = append(append(make([]float32, 0, hi-lo+pad), v[lo:hi]...), make([]float32, pad)...)
+// stateTensor is v followed by pad zeros as a float32 tensor of shape,
+// streamed from v (ptfile.Source) rather than copied.
+func stateTensor(v []float32, pad int, shape []int64) *ptfile.Tensor {
+	if pad == 0 {
+		return ptfile.ViewFloat32(shape, v)
 	}
-	return p
+	n := int64(len(v))
+	return ptfile.NewSourceTensor(ptfile.Float32, shape, ptfile.PaddedSource(ptfile.Float32Source(v), 4*n, 4*(n+int64(pad))))
 }
 
 // bf16OptimizerState is DeepSpeed's BF16_Optimizer state at stage 0: the
@@ -386,9 +404,9 @@ func partitionState(osd *ptfile.Dict, g zcore.GroupState, lo, hi int, l *model.L
 	// The base optimizer's state is saved whole, padding included (its
 	// state_dict(), elastic_checkpoint being off); the fp32 partition
 	// without it. The padding's state is zero: it never has a gradient.
-	osd.Set("base_optimizer_state", ptfile.DictOf("state", ptfile.DictOf(0, torchState(padOptim(g.Optim, lo, hi, pad), 0, n+pad, []int64{int64(n + pad)})),
+	osd.Set("base_optimizer_state", ptfile.DictOf("state", ptfile.DictOf(0, torchState(g.Optim, lo, hi, pad, []int64{int64(n + pad)})),
 		"param_groups", ptfile.List{paramGroup(g.Optim, 1, tuple)}))
-	osd.Set("single_partition_of_fp32_groups", ptfile.List{ptfile.FromFloat32([]int64{int64(n)}, g.Master[lo:hi])})
+	osd.Set("single_partition_of_fp32_groups", ptfile.List{ptfile.ViewFloat32([]int64{int64(n)}, g.Master[lo:hi])})
 	if enum != nil {
 		osd.Set("zero_stage", enum)
 	}
@@ -463,13 +481,13 @@ func floats(v any, path string) ([]float32, error) {
 	if err != nil {
 		return nil, err
 	}
-	return t.Float32s()
+	return values(t, nil)
 }
 
 // readTorchState reads one flat parameter's optimizer state into o
 // (State keyed by name, appended in order for stage 0's per-parameter
-// entries).
-func readTorchState(v any, path string, o *zcore.OptimState) error {
+// entries); a tensor is read into into[name] when that has its size.
+func readTorchState(v any, path string, o *zcore.OptimState, into map[string][]float32) error {
 	d, err := get[*ptfile.Dict](v, path)
 	if err != nil {
 		return err
@@ -495,11 +513,15 @@ func readTorchState(v any, path string, o *zcore.OptimState) error {
 		if !ok {
 			return fmt.Errorf("%s.%s is %s, not a tensor", path, name, ptfile.TypeName(x))
 		}
-		f, err := t.Float32s()
+		f, err := values(t, into[name])
 		if err != nil {
 			return fmt.Errorf("%s.%s: %w", path, name, err)
 		}
-		o.State[name] = append(o.State[name], f...)
+		if o.State[name] == nil {
+			o.State[name] = f
+		} else {
+			o.State[name] = append(o.State[name], f...)
+		}
 	}
 	return nil
 }

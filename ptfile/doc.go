@@ -105,7 +105,15 @@
 // _rebuild_tensor_v2 (nn.Parameters wrapped in _rebuild_parameter), storages
 // numbered in order of first reference, shared storages written once —
 // then lays out the zip with 64-byte aligned payloads, to path+".tmp",
-// fsyncs, renames over path and fsyncs the directory. The files load in
+// fsyncs, renames over path and fsyncs the directory. A storage's bytes
+// come from its Data or, unloaded, from a Source that yields them a piece
+// at a time (source.go: a []float32 in place, rounded to 16 bits on the
+// fly, zero-padded), so a checkpoint is written from the buffers that hold
+// it; WriteFile writes through one double-buffered I/O buffer, with
+// O_DIRECT where the filesystem takes it, and returns the sha256 it
+// computed on the way (writefile.go). File.Stream and Tensor.ReadFloat32
+// read tensors back into a caller's buffers without loading the file
+// (stream.go). The files load in
 // real PyTorch with the same dtypes, shapes, strides, shared storages,
 // OrderedDicts and DeepSpeed objects (the tests check this when python3 with
 // torch is installed), and reading them back gives the same values.

@@ -413,7 +413,7 @@ func (p *pickler) tensor(t *Tensor, path string) error {
 		return fmt.Errorf("%s: %w", pathName(path), err)
 	}
 	st := t.Storage
-	if !st.DType.valid() || st.Data == nil || int64(len(st.Data)) != st.NBytes() {
+	if !st.DType.valid() || (st.Data == nil || int64(len(st.Data)) != st.NBytes()) && (st.Data != nil || st.Src == nil) {
 		return fmt.Errorf("%s: storage holds %d bytes for %d %s elements (not loaded?)", pathName(path), len(st.Data), st.Numel, st.DType)
 	}
 	if t.Parameter {

@@ -97,6 +97,9 @@ type Storage struct {
 	// Data holds Numel elements, little-endian, as saved (16-bit floats as
 	// their bits). Nil until loaded (File.Load); Read loads every storage.
 	Data []byte
+	// Src, when Data is nil, yields the bytes to the writer (Source): a
+	// storage written straight from the buffer that holds its values.
+	Src Source
 }
 
 // NBytes is the storage's size in bytes.

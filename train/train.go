@@ -146,6 +146,9 @@ type Config struct {
 	// SaveSteps, when set, are the global steps after which to save,
 	// instead of every SaveInterval steps and after the last one.
 	SaveSteps []int
+	// SaveAsync writes each checkpoint in the background while the next
+	// steps run (save.go), from a snapshot of the state in host memory.
+	SaveAsync bool
 	LoadDir   string
 	// LoadTag is the tag under LoadDir to resume from ("": LoadDir/latest).
 	LoadTag string
@@ -258,6 +261,8 @@ func Run(cfg Config, onStep func(Record) error) ([]float32, error) {
 		return nil, fmt.Errorf("the plan is compiled for %d ranks but the communicator has %d", world, cfg.Comm.Size())
 	case len(cfg.Devices) != local:
 		return nil, fmt.Errorf("%d devices for %d ranks in this process", len(cfg.Devices), local)
+	case cfg.SaveAsync && (cfg.Layout != nil || cfg.Format != DeepSpeedFiles):
+		return nil, errors.New("train: SaveAsync writes DeepSpeed's files in SaveDir; a SaveLayout or another StateFormat saves synchronously")
 	}
 	if n := cfg.Model.Layout().Numel; cfg.Init != nil && len(cfg.Init) != n {
 		return nil, fmt.Errorf("initial weights have %d elements, the model %d", len(cfg.Init), n)
@@ -407,7 +412,9 @@ func (r *rank) run(onStep func(Record) error) ([]float32, error) {
 	st := newStats(gas, world)
 	verdict := make([]float32, 1)
 	overwrite := eng.OverwriteGrads()
-	ck := checkpoint.Options{Layout: &layout, Comm: c, Ctx: ctx}
+	ck := checkpoint.Options{Layout: &layout, Comm: c, Ctx: ctx, Acct: r.dev.Acct}
+	async := &asyncSaver{cfg: cfg, c: c, eng: eng, ck: ck}
+	defer async.abandon()
 	tell := func(saved bool, dir string, t0 time.Time) {
 		if cfg.OnCheckpoint == nil || c.Rank() != 0 {
 			return
@@ -535,6 +542,9 @@ func (r *rank) run(onStep func(Record) error) ([]float32, error) {
 		if verdict[0] == fail {
 			return nil, cbErr // rank 0 says why; the others just end
 		}
+		if err := async.poll(); err != nil {
+			return nil, fmt.Errorf("step %d: %w", s+1, err)
+		}
 		if cfg.SaveDir != "" && r.saveAfter(s+1, verdict[0] == stop) {
 			t0 := time.Now()
 			dir := cfg.SaveDir
@@ -544,11 +554,14 @@ func (r *rank) run(onStep func(Record) error) ([]float32, error) {
 			if err := checkBeforeSave(ctx, c, eng, s+1, dir); err != nil {
 				return nil, err
 			}
-			if err := cfg.Format.save(dir, eng, ck); err != nil {
+			if cfg.SaveAsync { // DeepSpeed's files in SaveDir: Run refuses a Layout or Format with it
+				if err := async.save(s + 1); err != nil {
+					return nil, err
+				}
+			} else if err := cfg.Format.save(dir, eng, ck); err != nil {
 				return nil, fmt.Errorf("step %d: saving a checkpoint in %s: %w", s+1, dir, err)
-			}
-			if cfg.Layout == nil {
-				tell(true, dir, t0)
+			} else if cfg.Layout == nil {
+				tell(true, dir, t0) // an asynchronous one tells when it is finished
 			} else if path, err := finishSave(ctx, c, cfg.Layout, dir, s+1); err != nil {
 				return nil, err
 			} else {
@@ -558,6 +571,9 @@ func (r *rank) run(onStep func(Record) error) ([]float32, error) {
 		if verdict[0] == stop {
 			break
 		}
+	}
+	if err := async.finish(); err != nil {
+		return nil, err
 	}
 	if err := kn.done(); err != nil {
 		return nil, err

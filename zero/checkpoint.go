@@ -52,6 +52,11 @@ func (e *Engine) ExportState() (State, error) {
 	if err != nil {
 		return State{}, err
 	}
+	return e.stateOf(st), nil
+}
+
+// stateOf completes the strategy's state st with the engine's.
+func (e *Engine) stateOf(st zcore.StrategyState) State {
 	s := State{Strategy: st, Scaler: e.scaler.State(), Dynamic: e.scaler.Dynamic(), GlobalSteps: e.globalSteps, SkippedSteps: e.skippedSteps, Overflow: e.overflow}
 	if e.sched != nil {
 		s.Scheduler = e.sched.StateDict()
@@ -75,7 +80,7 @@ func (e *Engine) ExportState() (State, error) {
 		c := d.Config()
 		s.ScalerConfig = &c
 	}
-	return s, nil
+	return s
 }
 
 // ImportState restores a rank's training state into an engine built from

@@ -74,6 +74,7 @@ type trainFlags struct {
 	cpuProfile                   string
 	saveDir                      string
 	saveEvery                    int
+	saveAsync                    bool
 	trainer                      *trainerOpts // --output_dir and the Trainer's other checkpoint flags
 	loadDir                      string
 	commTimeout                  time.Duration
@@ -134,6 +135,7 @@ func parseTrainFlags(args []string, stderr io.Writer) (*trainFlags, error) {
 		"save")
 	f.trainer = trainerFlags(fs)
 	every := aliasVar(fs, &f.saveEvery, atLeast(0, "steps"), "steps between checkpoints (with --save or --output_dir; 0: only after the last step)", "save-interval", "save_steps")
+	fs.BoolVar(&f.saveAsync, "save-async", false, "with --save: write each checkpoint in the background while training goes on, from a snapshot of the state in host memory (costs the model states' size; default: synchronous, streamed from the partitions)")
 	fs.StringVar(&f.loadDir, "load", "", "resume from this checkpoint directory's latest checkpoint (--steps is then the total)")
 	fs.DurationVar(&f.commTimeout, "comm-timeout", comm.DefaultTimeout, "a collective that does not complete within this fails every rank, naming the step, the collective and the ranks that did not arrive (DeepSpeed's and torch's default)")
 	var resume string
@@ -161,6 +163,8 @@ func parseTrainFlags(args []string, stderr io.Writer) (*trainFlags, error) {
 		return nil, usagef("--comm-timeout %v: want a positive duration, e.g. 30m or 90s", f.commTimeout)
 	case every.set() && f.saveDir == "":
 		return nil, usagef("--%s %d needs --save DIR (or --output_dir) to write the checkpoints to", every.by, f.saveEvery)
+	case f.saveAsync && !save.set():
+		return nil, usagef("--save-async needs --save DIR (DeepSpeed's layout) to write the checkpoints to; the Trainer's --output_dir saves synchronously")
 	}
 	return f, nil
 }

@@ -26,6 +26,7 @@ type trainResult struct {
 	elapsed     time.Duration
 	final       []float32 // the consolidated weights, with --save-model
 	saveModel   string    // where they go
+	modelFrom   string    // the checkpoints --save-model is written from (save_model.go); "": final
 }
 
 // train opens the outputs (--json-log, --cpuprofile), prints the run's
@@ -89,11 +90,14 @@ func (j *trainJob) train() (trainResult, error) {
 			return res, err
 		}
 	}
+	if f.trainer.outputDir == "" && j.lm == nil && streamsSaveModel(res.saveModel, f.saveDir) { // the GPT's, streamed from the last checkpoint
+		res.modelFrom = f.saveDir
+	}
 	start := time.Now()
-	final, err := train.Run(train.Config{Layout: saveLayout(layout), Format: stateFormat(f, j.fp), Plan: plan, Model: j.builder(), InitRange: j.initRange(), Seed: f.seed, ReturnParams: res.saveModel != "", Batches: batches, SeqLen: j.T, Steps: n, Devices: j.devs, Comm: j.l.comm(),
+	final, err := train.Run(train.Config{Layout: saveLayout(layout), Format: stateFormat(f, j.fp), Plan: plan, Model: j.builder(), InitRange: j.initRange(), Seed: f.seed, ReturnParams: res.saveModel != "" && res.modelFrom == "", Batches: batches, SeqLen: j.T, Steps: n, Devices: j.devs, Comm: j.l.comm(),
 		Checkpoint: f.gradCkpt || plan.ActivationCheckpointing.Present || j.fp.ActivationCkpt, CPUCheckpoint: plan.ActivationCheckpointing.CPUCheckpointing,
 		KeepAfterForward: j.fp.KeepAfterForward, WrapMinNumParams: j.fp.WrapMinNumParams,
-		SaveDir: f.saveDir, SaveInterval: f.saveEvery, LoadDir: f.loadDir, Timeout: f.commTimeout,
+		SaveDir: f.saveDir, SaveInterval: f.saveEvery, SaveAsync: f.saveAsync, LoadDir: f.loadDir, Timeout: f.commTimeout,
 		OnCheckpoint: func(ev train.CheckpointEvent) {
 			if bar != nil {
 				bar.Clear()
@@ -170,7 +174,12 @@ func (j *trainJob) stepLine(r train.Record, el time.Duration, ran int) {
 func (j *trainJob) report(res trainResult) error {
 	stdout := j.stdout
 	if res.saveModel != "" && j.l.lead() {
-		what, err := j.saveModel(res.saveModel, res.final)
+		what, err := "model.safetensors + config.json", error(nil)
+		if res.modelFrom != "" {
+			err = writeSaveModel(res.saveModel, res.modelFrom, j.mcfg, j.f.modelArg)
+		} else {
+			what, err = j.saveModel(res.saveModel, res.final)
+		}
 		if err != nil {
 			return fmt.Errorf("--save-model: %w", err)
 		}

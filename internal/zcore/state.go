@@ -30,6 +30,10 @@ type StrategyState struct {
 type GroupState struct {
 	Master []float32
 	Optim  OptimState
+	// Streamed, set only in a view (ViewState) of a group whose values
+	// live outside memory (NVMe swap files), reads them instead: Master
+	// and Optim.State are then nil.
+	Streamed *StreamedGroup
 }
 
 // OptimState is one optimizer's state: torch's state-dict entry for one

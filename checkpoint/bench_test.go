@@ -1,0 +1,128 @@
+package checkpoint_test
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/dszero/dszero/checkpoint"
+	"github.com/dszero/dszero/comm"
+	"github.com/dszero/dszero/internal/ztest"
+	"github.com/dszero/dszero/mem"
+	"github.com/dszero/dszero/zero"
+)
+
+// benchSizes are BenchmarkSaveLoad's models: 25M parameters always, and
+// gpt2-medium's 355M (24 (1024, 14464)-ish weights: the count, not the
+// shapes) with DSZERO_BENCH_LARGE set — a 4.3 GB checkpoint that needs
+// about 10 GB of memory.
+var benchSizes = []struct {
+	name              string
+	units, rows, cols int
+	large             bool
+}{
+	{"25M", 6, 2048, 2048, false},
+	{"gpt2-medium", 24, 1024, 14449, true}, // 355.0M, gpt2-medium's 354.8M
+}
+
+// BenchmarkSaveLoad saves and loads a stage-3 fp32 AdamW checkpoint of 2
+// in-process ranks (the fp32 master partitions and both moments: 12
+// bytes a parameter) in $DSZERO_BENCH_DIR (default: a temporary
+// directory), reporting each's throughput over the checkpoint's bytes
+// (MB/s) and seconds per save or load. Compare it with dd on the same
+// directory, run back to back (scripts/bench_save.sh):
+//
+//	dd if=/dev/zero of=DIR/dd bs=16M count=256 oflag=direct conv=fsync
+//	go test ./checkpoint -run '^$' -bench 'SaveLoad' -benchtime 3x
+func BenchmarkSaveLoad(b *testing.B) {
+	base := os.Getenv("DSZERO_BENCH_DIR")
+	for _, sz := range benchSizes {
+		if sz.large && os.Getenv("DSZERO_BENCH_LARGE") == "" {
+			continue
+		}
+		l := bigLayout(sz.units, sz.rows, sz.cols)
+		plan, err := ztest.Plan(stageJSON(3, "fp32", 0), 2)
+		if err != nil {
+			b.Fatal(err)
+		}
+		dir := b.TempDir()
+		if base != "" {
+			if dir, err = os.MkdirTemp(base, "bench"); err != nil {
+				b.Fatal(err)
+			}
+			defer os.RemoveAll(dir)
+		}
+		ckBytes := func() int64 {
+			var n int64
+			ents, _ := os.ReadDir(filepath.Join(dir, "global_step0"))
+			for _, e := range ents {
+				if fi, err := e.Info(); err == nil {
+					n += fi.Size()
+				}
+			}
+			return n
+		}
+		b.Run("save/"+sz.name, func(b *testing.B) {
+			var took atomic.Int64
+			err := bigRanks(plan, &l, true, func(r int, eng *zero.Engine, c comm.Comm, _ *mem.Accountant) error {
+				for range b.N {
+					if err := c.Barrier(context.Background()).Wait(); err != nil {
+						return err
+					}
+					t0 := time.Now()
+					if err := checkpoint.Save(dir, "", eng, checkpoint.Options{Layout: &l, Comm: c}); err != nil {
+						return err
+					}
+					if r == 0 {
+						took.Add(int64(time.Since(t0)))
+					}
+				}
+				return nil
+			})
+			if err != nil {
+				b.Fatal(err)
+			}
+			report(b, ckBytes(), time.Duration(took.Load()))
+		})
+		b.Run("load/"+sz.name, func(b *testing.B) {
+			if _, err := os.Stat(filepath.Join(dir, "latest")); err != nil {
+				b.Skip("no checkpoint saved (run save/ first)")
+			}
+			var took time.Duration
+			for range b.N {
+				var t atomic.Int64
+				err := bigRanks(plan, &l, false, func(r int, eng *zero.Engine, c comm.Comm, _ *mem.Accountant) error {
+					if err := c.Barrier(context.Background()).Wait(); err != nil {
+						return err
+					}
+					t0 := time.Now()
+					if err := checkpoint.Load(dir, "", eng, checkpoint.Options{Layout: &l, Comm: c}); err != nil {
+						return err
+					}
+					if err := c.Barrier(context.Background()).Wait(); err != nil {
+						return err
+					}
+					if r == 0 {
+						t.Store(int64(time.Since(t0)))
+					}
+					return nil
+				})
+				if err != nil {
+					b.Fatal(err)
+				}
+				took += time.Duration(t.Load())
+			}
+			report(b, ckBytes(), took)
+		})
+	}
+}
+
+func report(b *testing.B, bytes int64, took time.Duration) {
+	per := took.Seconds() / float64(b.N)
+	b.ReportMetric(float64(bytes)/per/1e6, "MB/s")
+	b.ReportMetric(per, "s/op")
+	b.ReportMetric(float64(bytes)/1e6, "MB")
+}
