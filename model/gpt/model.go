@@ -42,6 +42,12 @@ type Options struct {
 	// Workers bounds the goroutines of the attention, GELU and
 	// cross-entropy loops; 0 means GOMAXPROCS.
 	Workers int
+	// Fast selects the fast float32 path (fast.go): attention as GEMMs,
+	// float32 exp and tanh, fused bias passes, the element-wise layers
+	// on the pool. Its losses stay within 1e-5 relative of the exact
+	// path's; it is ignored when Round is set (16-bit emulation keeps
+	// torch's rounding).
+	Fast bool
 }
 
 // passState is where a Model is between Forward and Backward.
@@ -86,6 +92,11 @@ type Model struct {
 	// first Backward that needs it.
 	sink model.GradSink
 
+	// fast: Options.Fast without Round. attnBlock is the row block of
+	// its causal attention GEMMs.
+	fast      bool
+	attnBlock int
+
 	state passState
 	jobs  jobs
 }
@@ -113,7 +124,7 @@ func New(cfg Config, opt Options) (*Model, error) {
 	if len(errs) > 0 {
 		return nil, errors.Join(errs...)
 	}
-	m := &Model{cfg: cfg, layout: cfg.Layout(), opt: opt}
+	m := &Model{cfg: cfg, layout: cfg.Layout(), opt: opt, fast: opt.Fast && opt.Round == nil, attnBlock: attnBlockDefault}
 	m.sink.Round = opt.Round
 	if m.layout.Numel != cfg.NumParams() {
 		panic("gpt: layout and NumParams disagree")
@@ -287,7 +298,11 @@ func (m *Model) Forward(b model.Batch) (float32, error) {
 	if err := m.hook(model.HookBeforeForward, head); err != nil {
 		return 0, err
 	}
-	m.layernormForward(a.lnf, a.lnfMean, a.lnfRstd, a.res[L], m.p.lnfw, m.p.lnfb, N)
+	if m.fast {
+		m.layernormForwardFast(a.lnf, a.lnfMean, a.lnfRstd, a.res[L], m.p.lnfw, m.p.lnfb, N)
+	} else {
+		m.layernormForward(a.lnf, a.lnfMean, a.lnfRstd, a.res[L], m.p.lnfw, m.p.lnfb, N)
+	}
 	m.matmulForward(a.logits, a.lnf, m.p.head, nil, N, m.cfg.Dim, m.cfg.Vocab)
 	var loss float32
 	if targets != nil {
@@ -345,7 +360,11 @@ func (m *Model) Backward(dlossScale float32) error {
 	}
 	m.crossentropyBackward(a.logits, a.lseMax, a.lseLog, a.targets, d, N)
 	m.matmulBackward(a.dln, m.g.head, nil, a.logits, a.lnf, m.p.head, N, C, V)
-	m.layernormBackward(a.dres, m.g.lnfw, m.g.lnfb, a.dln, a.res[L], m.p.lnfw, a.lnfMean, a.lnfRstd, N)
+	if m.fast {
+		m.layernormBackwardFast(a.dres, false, m.g.lnfw, m.g.lnfb, a.dln, a.res[L], m.p.lnfw, a.lnfMean, a.lnfRstd, N)
+	} else {
+		m.layernormBackward(a.dres, m.g.lnfw, m.g.lnfb, a.dln, a.res[L], m.p.lnfw, a.lnfMean, a.lnfRstd, N)
+	}
 	if err := m.hook(model.HookAfterBackward, head); err != nil {
 		return err
 	}
@@ -397,6 +416,10 @@ func (m *Model) blockActs(l int) *blockActs {
 //
 // With out == nil it stops after the GELU: what a recompute needs.
 func (m *Model) blockForward(l int, x []float32, ba *blockActs, out []float32) {
+	if m.fast {
+		m.blockForwardFast(l, x, ba, out)
+		return
+	}
 	p := &m.p.blocks[l]
 	B, T := m.a.B, m.a.T
 	N, C, M := B*T, m.cfg.Dim, m.cfg.MLP
@@ -417,6 +440,10 @@ func (m *Model) blockForward(l int, x []float32, ba *blockActs, out []float32) {
 // blockBackward is blockForward's mirror: dres holds d(out) on entry and
 // d(x) on return; block l's parameter gradients are accumulated.
 func (m *Model) blockBackward(l int, x []float32, ba *blockActs, dres []float32) {
+	if m.fast {
+		m.blockBackwardFast(l, x, ba, dres)
+		return
+	}
 	p, g, a := &m.p.blocks[l], &m.g.blocks[l], &m.a
 	B, T := a.B, a.T
 	N, C, M := B*T, m.cfg.Dim, m.cfg.MLP
