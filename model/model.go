@@ -105,6 +105,11 @@ type BuildOptions struct {
 	Round func([]float32)
 	// Workers bounds the model's goroutines; 0 means GOMAXPROCS.
 	Workers int
+	// FastMath selects the model's fast float32 kernels where it has
+	// them (gpt's Options.Fast): faster, within 1e-5 of the exact losses,
+	// not bit for bit. The zero value is exact, what conformance runs;
+	// Round keeps the exact kernels either way.
+	FastMath bool
 }
 
 // Initializer is a Builder whose random initialisation is not just its

@@ -79,7 +79,7 @@ func (j *trainJob) train() (trainResult, error) {
 		res.saveModel = filepath.Join(f.saveDir, "consolidated")
 	}
 	start := time.Now()
-	final, err := train.Run(train.Config{Plan: plan, Model: j.mcfg, InitRange: initRange, Seed: f.seed, ReturnParams: res.saveModel != "", Batches: train.Tokens(j.loader, j.T), SeqLen: j.T, Steps: n, Devices: j.devs, Comm: j.l.comm(),
+	final, err := train.Run(train.Config{Plan: plan, Model: j.mcfg, InitRange: initRange, Seed: f.seed, ReturnParams: res.saveModel != "", Batches: train.Tokens(j.loader, j.T), SeqLen: j.T, Steps: n, Devices: j.devs, Comm: j.l.comm(), FastMath: f.fastMath, Workers: f.threads,
 		Checkpoint: f.gradCkpt || plan.ActivationCheckpointing.Present || j.fp.ActivationCkpt, CPUCheckpoint: plan.ActivationCheckpointing.CPUCheckpointing,
 		KeepAfterForward: j.fp.KeepAfterForward, WrapMinNumParams: j.fp.WrapMinNumParams,
 		SaveDir: f.saveDir, SaveInterval: f.saveEvery, LoadDir: f.loadDir, Timeout: f.commTimeout,

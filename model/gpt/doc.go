@@ -99,4 +99,13 @@
 // gives the same bits except that a -0 is not turned into +0. With tied
 // embeddings the head's and the embedding's contributions to wte are
 // added one after the other (PyTorch sums them first).
+//
+// # Fast path
+//
+// Options.Fast (dszero train's default, --math fast) trades those orders
+// for speed: attention as causal-blocked GEMMs, float32 exp and tanh
+// within 1 ulp, the bias added in the GELU and residual passes, and the
+// element-wise layers on the pool (fast.go). Losses stay within 1e-5
+// relative of the exact path's over ten training steps; conformance
+// always runs exact, and so does 16-bit emulation.
 package gpt
