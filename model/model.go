@@ -111,6 +111,11 @@ type BuildOptions struct {
 	// SeqParallel, when set, is the rank's sequence-parallel group
 	// (DeepSpeed-Ulysses): only a SeqParalleler builds a model for one.
 	SeqParallel comm.Comm
+	// FastMath selects the model's fast float32 kernels where it has
+	// them (gpt's Options.Fast): faster, within 1e-5 of the exact losses,
+	// not bit for bit. The zero value is exact, what conformance runs;
+	// Round keeps the exact kernels either way.
+	FastMath bool
 }
 
 // Initializer is a Builder whose random initialisation is not just its

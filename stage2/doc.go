@@ -23,6 +23,12 @@
 // gradients are live from its BeforeBackward (or that of a unit that
 // borrows it, like GPT's tied head) until the bucket they are reduced in
 // completes; then they are added to the gradient partition and released.
+// Released pages are parked in a zcore.PageCache, as stage 3's are, and
+// back the next units' gradients instead of fresh pages the kernel must
+// zero (the cache holds at most the peak of live gradients less what is
+// live: PyTorch's caching allocator reuses the freed .grad blocks alike).
+// With LeaveGradsDirty the model writes each step's first gradients
+// over those pages without clearing them.
 //
 // A micro-step, as DeepSpeed's reduce-ready hooks and the IPG buckets do:
 //

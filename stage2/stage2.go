@@ -16,7 +16,14 @@ type Strategy struct {
 	accum func([]float32) // rounding of the gradient partition after each add; nil: fp32
 	shard *zcore.Shard
 	grads *zcore.Pages // the model's gradient buffer, Layout.Numel; live only where units are
-	part  []float32    // the averaged gradient partition, PartitionSize (mem.Grads)
+	pages *zcore.PageCache
+	// peakLive is the most gradient elements ever live at once (fitCache).
+	peakLive int
+	// dirty: LeaveGradsDirty, the model overwrites each step's first
+	// gradients, so the pages acquired for them need not be cleared.
+	dirty bool
+	fresh []int     // BeforeBackward's scratch: the units it makes live
+	part  []float32 // the averaged gradient partition, PartitionSize (mem.Grads)
 
 	units []model.Unit
 	ug    *zcore.UnitGrads // which units' gradients are live, and complete
@@ -61,6 +68,8 @@ func New(o zcore.Options) (_ *Strategy, err error) {
 	if s.grads, err = zcore.NewPages(o.Layout.Numel); err != nil {
 		return nil, fmt.Errorf("stage 2: gradient buffer: %w", err)
 	}
+	s.pages = zcore.NewPageCache(0) // fitCache lets it grow with what has been live
+	s.grads.Recycle(s.pages)
 	s.units = o.Layout.Units
 	s.ug = zcore.NewUnitGrads("stage 2", o.Acct, s.units)
 	return s, nil
@@ -89,9 +98,29 @@ func (s *Strategy) BeforeForward(int) error { return nil }
 func (s *Strategy) AfterForward(int) error  { return nil }
 
 // BeforeBackward makes unit u's gradients live, and those of the units it
-// borrows.
+// borrows, each in pages acquired from the page cache when it was not
+// live yet. In a step's first backward the model overwrites them when the
+// engine said so (LeaveGradsDirty), and the pages need not be cleared.
 func (s *Strategy) BeforeBackward(u int) error {
-	return s.ug.Before(u)
+	s.fresh = s.fresh[:0]
+	if !s.ug.Live(u) {
+		s.fresh = append(s.fresh, u)
+	}
+	for _, v := range s.units[u].Borrows {
+		if !s.ug.Live(v) {
+			s.fresh = append(s.fresh, v)
+		}
+	}
+	if err := s.ug.Before(u); err != nil {
+		return err
+	}
+	overwrite := s.dirty && s.ug.Backwards() == 0
+	for _, v := range s.fresh {
+		un := &s.units[v]
+		s.grads.Acquire(un.Offset, un.Offset+un.Numel, overwrite)
+	}
+	s.fitCache()
+	return nil
 }
 
 // AfterBackward records that unit u's backward is done; the units whose
@@ -202,10 +231,25 @@ func (s *Strategy) land() error {
 			s.accum(acc) // DeepSpeed's 16-bit averaged_gradients add_
 		}
 	}
-	s.grads.Release(f.lo, f.hi)
+	// The units around the bucket whose gradients are not live read zero
+	// (every range is handed back zeroed): the huge pages the bucket shares
+	// with them go back too, instead of staying resident at its ends.
+	olo, ohi := f.lo, f.hi
+	first, last := f.units[0], f.units[0]
+	for _, v := range f.units {
+		first, last = min(first, v), max(last, v)
+	}
+	for v := first - 1; v >= 0 && !s.ug.Live(v); v-- {
+		olo = min(olo, s.units[v].Offset)
+	}
+	for v := last + 1; v < len(s.units) && !s.ug.Live(v); v++ {
+		ohi = max(ohi, s.units[v].Offset+s.units[v].Numel)
+	}
 	for _, v := range f.units {
 		s.ug.Release(v)
 	}
+	s.fitCache() // room for the pages released next
+	s.grads.ReleaseIn(f.lo, f.hi, olo, ohi)
 	clear(f.hs)
 	s.spare = append(s.spare, flight{hs: f.hs[:0], span: span{units: f.units[:0]}})
 	return nil
@@ -217,6 +261,29 @@ func (s *Strategy) names(units []int) string {
 	}
 	return fmt.Sprintf("units %q…%q", s.units[units[0]].Name, s.units[units[len(units)-1]].Name)
 }
+
+// fitCache lets the page cache hold what the gradient buffer has had live
+// at most at once, less what it has live now (zcore.PageCache.SetRoom):
+// in steady state a backward then writes its gradients into the pages the
+// last buckets released, instead of faulting in fresh pages the kernel
+// must zero, and the cache never keeps the resident memory above the peak
+// a backward reaches anyway.
+func (s *Strategy) fitCache() {
+	if s.pages == nil {
+		return // closed
+	}
+	live := s.ug.LiveNumel()
+	s.peakLive = max(s.peakLive, live)
+	s.pages.SetRoom((s.peakLive - live) / zcore.HugePageElems)
+}
+
+// LeaveGradsDirty lets the model write (not add) each step's first
+// gradients: stage 2 hands every bucket's gradient range back, zeroed, as
+// soon as it is reduced, so the buffer holds nothing to add to and there
+// is nothing to clear (zero.GradOverwriter). The pages a unit's gradients
+// are then acquired into for the step's first backward are not cleared
+// either.
+func (s *Strategy) LeaveGradsDirty() { s.dirty = true }
 
 // Step takes the partition's optimizer step with the gradients reduced
 // during the backward passes since the last step (a collective).
@@ -245,6 +312,10 @@ func (s *Strategy) Close() {
 	if s.grads != nil {
 		s.grads.Close()
 		s.grads = nil
+	}
+	if s.pages != nil {
+		s.pages.Close()
+		s.pages = nil
 	}
 	if s.part != nil {
 		s.o.Acct.FreeF32(mem.Grads, s.o.OptimizerTier, s.part)

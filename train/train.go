@@ -120,6 +120,9 @@ type Config struct {
 	// Workers bounds each rank's goroutines for the model and the
 	// optimizer; 0 means GOMAXPROCS divided among the ranks.
 	Workers int
+	// FastMath builds the model with its fast float32 kernels
+	// (model.BuildOptions.FastMath); false, the zero value, is exact.
+	FastMath bool
 	// Timeout bounds every collective (0: comm.DefaultTimeout, 30 minutes);
 	// a rank that stops makes the others fail within it, naming it (see
 	// package comm).
@@ -392,7 +395,7 @@ func (r *rank) run(onStep func(Record) error) ([]float32, error) {
 		return nil, err
 	}
 	m, err := cfg.Model.Build(model.BuildOptions{Gemm: r.dev.Gemm, Acct: r.dev.Acct, Hooks: hooks, Checkpoint: cfg.Checkpoint,
-		CPUCheckpoint: cfg.CPUCheckpoint, Round: eng.Round(), Workers: cfg.Workers, SeqParallel: sp.group})
+		CPUCheckpoint: cfg.CPUCheckpoint, Round: eng.Round(), Workers: cfg.Workers, SeqParallel: sp.group, FastMath: cfg.FastMath})
 	if err != nil {
 		return nil, err
 	}

@@ -19,6 +19,7 @@ var (
 	_ withOptimizer  = (*stage1.Strategy)(nil)
 	_ withOptimizer  = (*stage2.Strategy)(nil)
 	_ withOptimizer  = (*stage3.Strategy)(nil)
+	_ GradOverwriter = (*stage2.Strategy)(nil)
 	_ GradOverwriter = (*stage3.Strategy)(nil)
 	_                = [...]StatefulStrategy{(*Stage0)(nil), (*stage1.Strategy)(nil), (*stage2.Strategy)(nil), (*stage3.Strategy)(nil)}
 )

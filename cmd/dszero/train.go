@@ -70,6 +70,7 @@ type trainFlags struct {
 	gradCkpt                     bool
 	blasName                     string
 	threads                      int
+	fastMath                     bool // --math fast (mathFlag)
 	quiet                        bool
 	cpuProfile                   string
 	saveDir                      string
@@ -110,7 +111,7 @@ func exitCode(err error, cmd string, stderr io.Writer) int {
 var errFlagsPrinted = errors.New("bad flags")
 
 func parseTrainFlags(args []string, stderr io.Writer) (*trainFlags, error) {
-	f := &trainFlags{steps: 0, seed: 1234, nproc: 1}
+	f := &trainFlags{steps: 0, seed: 1234, nproc: 1, fastMath: true}
 	fs := newFlagSet("dszero train", stderr)
 	fs.StringVar(&f.cfgPath, "deepspeed", "", "ds_config.json (default: the embedded default config)")
 	fs.StringVar(&f.fsdpFile, "fsdp-config", "", "an Accelerate FSDP config (YAML), instead of --deepspeed")
@@ -128,7 +129,8 @@ func parseTrainFlags(args []string, stderr io.Writer) (*trainFlags, error) {
 	fs.Uint64Var(&f.seed, "seed", f.seed, "seed of the random initialization")
 	fs.BoolVar(&f.gradCkpt, "gradient_checkpointing", false, "recompute each block in backward (also on with an activation_checkpointing block)")
 	fs.StringVar(&f.blasName, "blas", "auto", "matmul backend: auto, openblas or gonum")
-	intAtLeast(fs, &f.threads, "threads", 0, "threads", "BLAS threads (default: OpenBLAS's own)")
+	intAtLeast(fs, &f.threads, "threads", 0, "threads", threadsUsage)
+	fs.Var(mathFlag{&f.fastMath}, "math", mathUsage)
 	fs.BoolVar(&f.quiet, "quiet", false, "no progress bar")
 	fs.StringVar(&f.cpuProfile, "cpuprofile", "", "write a CPU profile (go tool pprof) to this file")
 	save := aliasVar(fs, &f.saveDir, parseString, "write DeepSpeed-layout checkpoints DIR/global_stepN to this directory (after the last step, and every --save-interval steps)",

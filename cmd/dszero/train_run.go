@@ -94,7 +94,7 @@ func (j *trainJob) train() (trainResult, error) {
 		res.modelFrom = f.saveDir
 	}
 	start := time.Now()
-	final, err := train.Run(train.Config{Layout: saveLayout(layout), Format: stateFormat(f, j.fp), Plan: plan, Model: j.builder(), InitRange: j.initRange(), Seed: f.seed, ReturnParams: res.saveModel != "" && res.modelFrom == "", Batches: batches, SeqLen: j.T, Steps: n, Devices: j.devs, Comm: j.l.comm(),
+	final, err := train.Run(train.Config{Layout: saveLayout(layout), Format: stateFormat(f, j.fp), Plan: plan, Model: j.builder(), InitRange: j.initRange(), Seed: f.seed, ReturnParams: res.saveModel != "" && res.modelFrom == "", Batches: batches, SeqLen: j.T, Steps: n, Devices: j.devs, Comm: j.l.comm(), FastMath: f.fastMath, Workers: f.threads,
 		Checkpoint: f.gradCkpt || plan.ActivationCheckpointing.Present || j.fp.ActivationCkpt, CPUCheckpoint: plan.ActivationCheckpointing.CPUCheckpointing,
 		KeepAfterForward: j.fp.KeepAfterForward, WrapMinNumParams: j.fp.WrapMinNumParams,
 		SaveDir: f.saveDir, SaveInterval: f.saveEvery, SaveAsync: f.saveAsync, LoadDir: f.loadDir, Timeout: f.commTimeout,

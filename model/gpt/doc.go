@@ -108,4 +108,14 @@
 // the attention (each rank attends with NH/sp heads over all T tokens),
 // and the loss is the mean over the whole sequences. The sum of the
 // ranks' gradients is the one-rank gradient (TestUlyssesMatchesOneRank).
+//
+// # Fast path
+//
+// Options.Fast (dszero train's default, --math fast) trades those orders
+// for speed: attention as causal-blocked GEMMs, float32 exp and tanh
+// within 1 ulp, the bias added in the GELU and residual passes, and the
+// element-wise layers on the pool (fast.go). Losses stay within 1e-5
+// relative of the exact path's over ten training steps; conformance
+// always runs exact, and so does 16-bit emulation and sequence
+// parallelism.
 package gpt

@@ -27,6 +27,7 @@ type jobs struct {
 	attn  attnJob
 	attnB attnBackJob
 	mm    mmJob
+	fast  fastJobs
 }
 
 func (m *Model) round(s []float32) {
@@ -290,11 +291,21 @@ const (
 )
 
 type geluJob struct {
-	out, inp, dout []float32
-	backward, bf16 bool
+	out, inp, dout       []float32
+	backward, bf16, fast bool
 }
 
 func (j *geluJob) runRange(lo, hi int) {
+	if j.fast {
+		for i := lo; i < hi; i++ {
+			if j.backward {
+				j.out[i] = geluBackFast(j.dout[i], j.inp[i])
+			} else {
+				j.out[i] = geluFast(j.inp[i])
+			}
+		}
+		return
+	}
 	if j.bf16 {
 		for i := lo; i < hi; i++ {
 			if j.backward {
@@ -323,7 +334,7 @@ func (j *geluJob) runRange(lo, hi int) {
 
 // geluForward: out = gelu(inp), elementwise, computed in float64.
 func (m *Model) geluForward(out, inp []float32) {
-	m.jobs.gelu = geluJob{out: out, inp: inp, bf16: m.bf16}
+	m.jobs.gelu = geluJob{out: out, inp: inp, bf16: m.bf16, fast: m.fast}
 	m.pool.run(len(out), 4096, &m.jobs.gelu)
 	m.jobs.gelu = geluJob{}
 	m.round(out)
@@ -331,7 +342,7 @@ func (m *Model) geluForward(out, inp []float32) {
 
 // geluBackward: dinp = dout · gelu'(inp) (dinp may alias dout).
 func (m *Model) geluBackward(dinp, inp, dout []float32) {
-	m.jobs.gelu = geluJob{out: dinp, inp: inp, dout: dout, backward: true, bf16: m.bf16}
+	m.jobs.gelu = geluJob{out: dinp, inp: inp, dout: dout, backward: true, bf16: m.bf16, fast: m.fast}
 	m.pool.run(len(dinp), 4096, &m.jobs.gelu)
 	m.jobs.gelu = geluJob{}
 	m.round(dinp)
@@ -345,6 +356,7 @@ type ceJob struct {
 	d                              float32 // backward: dloss per position
 	backward                       bool
 	bf16                           bool // torch's float32 kernels bit for bit (expf, logf, lane sums)
+	fast                           bool // fastExp (Options.Fast)
 }
 
 func (j *ceJob) runRange(lo, hi int) {
@@ -367,9 +379,16 @@ func (j *ceJob) runRange(lo, hi int) {
 				mx = max(mx, v)
 			}
 			var lg float32
-			if j.bf16 {
+			switch {
+			case j.bf16:
 				lg = logf(sumExpLanes(x, mx))
-			} else {
+			case j.fast:
+				var sum float64
+				for _, v := range x {
+					sum += float64(fastExp(v - mx))
+				}
+				lg = float32(math.Log(sum))
+			default:
 				var sum float64
 				for _, v := range x {
 					sum += math.Exp(float64(v - mx))
@@ -382,6 +401,13 @@ func (j *ceJob) runRange(lo, hi int) {
 		}
 		// dlogits = (softmax - onehot(t)) · d, in place.
 		mx, lg, d := j.lseMax[r], j.lseLog[r], j.d
+		if j.fast {
+			for i, v := range x {
+				x[i] = fastExp((v-mx)-lg) * d
+			}
+			x[t] -= d
+			continue
+		}
 		for i, v := range x {
 			var p float32
 			if j.bf16 {
@@ -400,7 +426,7 @@ func (j *ceJob) runRange(lo, hi int) {
 // positions that take one (summed in float64) divided by div — their
 // count for the mean — or 0 when none does.
 func (m *Model) crossentropyForward(losses, lseMax, lseLog, logits []float32, targets []int32, N int, div float64) float32 {
-	m.jobs.ce = ceJob{logits: logits, lseMax: lseMax, lseLog: lseLog, losses: losses, targets: targets, V: m.cfg.Vocab, bf16: m.bf16}
+	m.jobs.ce = ceJob{logits: logits, lseMax: lseMax, lseLog: lseLog, losses: losses, targets: targets, V: m.cfg.Vocab, bf16: m.bf16, fast: m.fast}
 	m.pool.run(N, 1, &m.jobs.ce)
 	m.jobs.ce = ceJob{}
 	if div == 0 {
@@ -435,7 +461,7 @@ func lossDivisor(targets []int32, denom float64) float64 {
 // crossentropyBackward turns logits (N, V) into dlogits in place, for a
 // loss gradient of d per position (dlossScale/N for a mean).
 func (m *Model) crossentropyBackward(logits, lseMax, lseLog []float32, targets []int32, d float32, N int) {
-	m.jobs.ce = ceJob{logits: logits, lseMax: lseMax, lseLog: lseLog, targets: targets, V: m.cfg.Vocab, d: d, backward: true, bf16: m.bf16}
+	m.jobs.ce = ceJob{logits: logits, lseMax: lseMax, lseLog: lseLog, targets: targets, V: m.cfg.Vocab, d: d, backward: true, bf16: m.bf16, fast: m.fast}
 	m.pool.run(N, 1, &m.jobs.ce)
 	m.jobs.ce = ceJob{}
 	m.round(logits[:N*m.cfg.Vocab])

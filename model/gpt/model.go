@@ -48,6 +48,13 @@ type Options struct {
 	// rank's Tl consecutive tokens of sequences whose other tokens the
 	// other members hold, in rank order.
 	SeqParallel comm.Comm
+	// Fast selects the fast float32 path (fast.go): attention as GEMMs,
+	// float32 exp and tanh, fused bias passes, the element-wise layers
+	// on the pool. Its losses stay within 1e-5 relative of the exact
+	// path's; it is ignored when Round is set (16-bit emulation keeps
+	// torch's rounding) and under sequence parallelism (the Ulysses
+	// attention is the exact path's).
+	Fast bool
 }
 
 // passState is where a Model is between Forward and Backward.
@@ -92,6 +99,11 @@ type Model struct {
 	// first Backward that needs it.
 	sink model.GradSink
 
+	// fast: Options.Fast without Round. attnBlock is the row block of
+	// its causal attention GEMMs.
+	fast      bool
+	attnBlock int
+
 	state passState
 	drop  layerDrop // progressive layer drop (pld.go)
 	jobs  jobs
@@ -122,13 +134,14 @@ func New(cfg Config, opt Options) (*Model, error) {
 	if len(errs) > 0 {
 		return nil, errors.Join(errs...)
 	}
-	m := &Model{cfg: cfg, layout: cfg.Layout(), opt: opt}
+	m := &Model{cfg: cfg, layout: cfg.Layout(), opt: opt, attnBlock: attnBlockDefault}
 	if opt.SeqParallel != nil && opt.SeqParallel.Size() > 1 {
 		var err error
 		if m.sp, err = newUlysses(opt.SeqParallel, cfg); err != nil {
 			return nil, err
 		}
 	}
+	m.fast = opt.Fast && opt.Round == nil && m.sp == nil
 	m.sink.Round = opt.Round
 	if m.layout.Numel != cfg.NumParams() {
 		panic("gpt: layout and NumParams disagree")
@@ -311,7 +324,11 @@ func (m *Model) Forward(b model.Batch) (float32, error) {
 	if err := m.hook(model.HookBeforeForward, head); err != nil {
 		return 0, err
 	}
-	m.layernormForward(a.lnf, a.lnfMean, a.lnfRstd, a.res[L], m.p.lnfw, m.p.lnfb, N)
+	if m.fast {
+		m.layernormForwardFast(a.lnf, a.lnfMean, a.lnfRstd, a.res[L], m.p.lnfw, m.p.lnfb, N)
+	} else {
+		m.layernormForward(a.lnf, a.lnfMean, a.lnfRstd, a.res[L], m.p.lnfw, m.p.lnfb, N)
+	}
 	m.matmulForward(a.logits, a.lnf, m.p.head, nil, N, m.cfg.Dim, m.cfg.Vocab)
 	var loss float32
 	if targets != nil {
@@ -382,7 +399,11 @@ func (m *Model) Backward(dlossScale float32) error {
 	}
 	m.crossentropyBackward(a.logits, a.lseMax, a.lseLog, a.targets, d, N)
 	m.matmulBackward(a.dln, m.g.head, nil, a.logits, a.lnf, m.p.head, N, C, V)
-	m.layernormBackward(a.dres, m.g.lnfw, m.g.lnfb, a.dln, a.res[L], m.p.lnfw, a.lnfMean, a.lnfRstd, N)
+	if m.fast {
+		m.layernormBackwardFast(a.dres, false, m.g.lnfw, m.g.lnfb, a.dln, a.res[L], m.p.lnfw, a.lnfMean, a.lnfRstd, N)
+	} else {
+		m.layernormBackward(a.dres, m.g.lnfw, m.g.lnfb, a.dln, a.res[L], m.p.lnfw, a.lnfMean, a.lnfRstd, N)
+	}
 	if err := m.hook(model.HookAfterBackward, head); err != nil {
 		return err
 	}
@@ -434,6 +455,10 @@ func (m *Model) blockActs(l int) *blockActs {
 //
 // With out == nil it stops after the GELU: what a recompute needs.
 func (m *Model) blockForward(l int, x []float32, ba *blockActs, out []float32) {
+	if m.fast {
+		m.blockForwardFast(l, x, ba, out)
+		return
+	}
 	p := &m.p.blocks[l]
 	B, T := m.a.B, m.a.T
 	N, C, M := B*T, m.cfg.Dim, m.cfg.MLP
@@ -454,6 +479,10 @@ func (m *Model) blockForward(l int, x []float32, ba *blockActs, out []float32) {
 // blockBackward is blockForward's mirror: dres holds d(out) on entry and
 // d(x) on return; block l's parameter gradients are accumulated.
 func (m *Model) blockBackward(l int, x []float32, ba *blockActs, dres []float32) {
+	if m.fast {
+		m.blockBackwardFast(l, x, ba, dres)
+		return
+	}
 	p, g, a := &m.p.blocks[l], &m.g.blocks[l], &m.a
 	B, T := a.B, a.T
 	N, C, M := B*T, m.cfg.Dim, m.cfg.MLP
