@@ -15,6 +15,7 @@ import (
 
 	"github.com/dszero/dszero/checkpoint/dcp"
 	"github.com/dszero/dszero/checkpoint/hfstate"
+	"github.com/dszero/dszero/comm"
 	"github.com/dszero/dszero/model"
 	"github.com/dszero/dszero/ptfile"
 	"github.com/dszero/dszero/zero"
@@ -290,9 +291,14 @@ func IsSharded(dir string) bool {
 // the pieces of every parameter its partition holds. Every rank calls it,
 // on a freshly built engine.
 func LoadSharded(dir string, e *zero.Engine, o Options) error {
-	sy := o.syncer()
-	st, err := readSharded(dir, e, o.Layout, sy.rank())
-	if err = sy.agree(err, "load the sharded checkpoint "+dir); err != nil {
+	return loadWith(dir, e, o, "load the sharded checkpoint "+dir, readSharded)
+}
+
+// loadWith is every rank reading its state from dir with read, agreeing
+// that all of them could (what), and importing it.
+func loadWith(dir string, e *zero.Engine, o Options, what string, read func(string, *zero.Engine, *model.Layout) (zero.State, error)) error {
+	st, err := read(dir, e, o.Layout)
+	if err = o.syncer().agree(err, what); err != nil {
 		return err
 	}
 	if err := e.ImportState(st); err != nil {
@@ -301,7 +307,7 @@ func LoadSharded(dir string, e *zero.Engine, o Options) error {
 	return nil
 }
 
-func readSharded(dir string, e *zero.Engine, l *model.Layout, rank int) (zero.State, error) {
+func readSharded(dir string, e *zero.Engine, l *model.Layout) (zero.State, error) {
 	plan := e.Plan()
 	if plan.Zero.RoundRobinGradients {
 		return zero.State{}, fmt.Errorf("checkpoint %s: loading a sharded state dict into round_robin_gradients partitions is not supported; turn round_robin_gradients off", dir)
@@ -361,6 +367,16 @@ func readSharded(dir string, e *zero.Engine, l *model.Layout, rank int) (zero.St
 	if err != nil || len(sv) != 1 {
 		return st, fmt.Errorf("checkpoint %s: %s is not a step count", dir, hfstate.OptimizerFQN(l.Specs[0].Name, "step"))
 	}
+	return loaded(dir, st, dsts, int64(sv[0]))
+}
+
+// loaded puts the pieces read, the master (key "") and each optimizer
+// state concatenated over the rank's groups, into st's groups, with the
+// step count, and reads dszero_state.pt beside them. A checkpoint without
+// it (one torch wrote) resumes from the optimizer's step count with the
+// engine's scheduler and loss scaler fresh.
+func loaded(dir string, st zero.State, dsts map[string][]float32, steps int64) (zero.State, error) {
+	gs := st.Strategy.Groups
 	at := 0
 	for i := range gs {
 		k := len(gs[i].Master)
@@ -371,14 +387,12 @@ func readSharded(dir string, e *zero.Engine, l *model.Layout, rank int) (zero.St
 				gs[i].Optim.State[nm] = v[at : at+k]
 			}
 		}
-		gs[i].Optim.Steps = int64(sv[0])
+		gs[i].Optim.Steps = steps
 		at += k
 	}
-	st.GlobalSteps, st.SkippedSteps = int64(sv[0]), 0
-	err = readEngineState(filepath.Join(dir, EngineStateName), &st)
+	st.GlobalSteps, st.SkippedSteps = steps, 0
+	err := readEngineState(filepath.Join(dir, EngineStateName), &st)
 	if errors.Is(err, fs.ErrNotExist) {
-		// A sharded state dict torch wrote: the optimizer's step count is
-		// the global step; the engine's scheduler and scaler start fresh.
 		st.Scheduler, st.Dynamic = nil, false
 		return st, nil
 	}
@@ -474,6 +488,14 @@ func readEngineState(path string, st *zero.State) error {
 func partitioning(st zero.State) (world, part int) {
 	world = max(st.Strategy.World, 1)
 	return world, st.Strategy.Rank % world
+}
+
+// Agree is a barrier over c that also tells every rank which ranks
+// failed at what (a phrase: "write its files of DIR"): err, on a rank that
+// failed; an error naming the failed ranks on the others; nil when none
+// did. A nil c is one rank.
+func Agree(ctx context.Context, c comm.Comm, err error, what string) error {
+	return syncer{c: c, ctx: ctx}.agree(err, what)
 }
 
 // syncer is o's barrier.

@@ -128,18 +128,10 @@ func IsFull(dir string) bool {
 // dir: each rank reads its pieces of every tensor. Every rank calls it,
 // on a freshly built engine.
 func LoadFull(dir string, e *zero.Engine, o Options) error {
-	sy := o.syncer()
-	st, err := readFull(dir, e, o.Layout, sy.rank())
-	if err = sy.agree(err, "load the full state dicts of "+dir); err != nil {
-		return err
-	}
-	if err := e.ImportState(st); err != nil {
-		return fmt.Errorf("checkpoint %s: %w", dir, err)
-	}
-	return nil
+	return loadWith(dir, e, o, "load the full state dicts of "+dir, readFull)
 }
 
-func readFull(dir string, e *zero.Engine, l *model.Layout, rank int) (zero.State, error) {
+func readFull(dir string, e *zero.Engine, l *model.Layout) (zero.State, error) {
 	plan := e.Plan()
 	if plan.Zero.RoundRobinGradients {
 		return zero.State{}, fmt.Errorf("checkpoint %s: loading full state dicts into round_robin_gradients partitions is not supported; turn round_robin_gradients off", dir)
@@ -232,22 +224,7 @@ func readFull(dir string, e *zero.Engine, l *model.Layout, rank int) (zero.State
 	if err := of.ReadAt(stepT.Storage, step, 4*stepT.Offset); err != nil {
 		return st, err
 	}
-	steps := int64(math.Float32frombits(binary.LittleEndian.Uint32(step)))
-	at := 0
-	for i := range gs {
-		k := len(gs[i].Master)
-		gs[i].Master = dsts[""][at : at+k]
-		gs[i].Optim.State = map[string][]float32{"exp_avg": dsts["exp_avg"][at : at+k], "exp_avg_sq": dsts["exp_avg_sq"][at : at+k]}
-		gs[i].Optim.Steps = steps
-		at += k
-	}
-	st.GlobalSteps, st.SkippedSteps = steps, 0
-	err = readEngineState(filepath.Join(dir, EngineStateName), &st)
-	if errors.Is(err, os.ErrNotExist) {
-		st.Scheduler, st.Dynamic = nil, false
-		return st, nil
-	}
-	return st, err
+	return loaded(dir, st, dsts, int64(math.Float32frombits(binary.LittleEndian.Uint32(step))))
 }
 
 // lookupKey finds key in root: a parameter name (dots and all) in a

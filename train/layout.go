@@ -65,30 +65,13 @@ func load(dir, tag string, e *zero.Engine, o checkpoint.Options) error {
 	return checkpoint.Load(dir, tag, e, o)
 }
 
-// agree tells every rank whether any rank failed what: nil when none did;
-// err (wrapped) on a rank that failed; and an error naming the failed
-// ranks (comm.ErrRankFailed) on the others.
+// agree is checkpoint.Agree with the rank that failed and the step named.
 func agree(ctx context.Context, c comm.Comm, err error, step int, what string) error {
-	flags := make([]float32, c.Size())
 	if err != nil {
-		flags[c.Rank()] = 1
+		err = fmt.Errorf("rank %d could not %s: %w", c.Rank(), what, err)
 	}
-	if c.Size() > 1 {
-		if cerr := c.AllReduce(ctx, comm.F32(flags), comm.Sum).Wait(); cerr != nil {
-			return fmt.Errorf("step %d: agreeing whether every rank could %s: %w", step, what, cerr)
-		}
-	}
-	if err != nil {
-		return fmt.Errorf("step %d: rank %d could not %s: %w", step, c.Rank(), what, err)
-	}
-	var ranks []int
-	for r, f := range flags {
-		if f != 0 {
-			ranks = append(ranks, r)
-		}
-	}
-	if len(ranks) > 0 {
-		return fmt.Errorf("step %d: rank(s) %v could not %s (see their errors): %w", step, ranks, what, comm.ErrRankFailed)
+	if err := checkpoint.Agree(ctx, c, err, what); err != nil {
+		return fmt.Errorf("step %d: %w", step, err)
 	}
 	return nil
 }
