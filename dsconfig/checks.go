@@ -12,6 +12,9 @@ func (c *compiler) crossChecks() {
 		c.hfDefaultOptimizer()
 		hasOpt = true
 	}
+	if p.Mode == HFMode && c.at("scheduler") == nil {
+		c.hfDefaultScheduler()
+	}
 	if !hasOpt {
 		switch {
 		case z.Stage == 1 || z.Stage == 2:

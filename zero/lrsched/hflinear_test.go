@@ -1,0 +1,43 @@
+package lrsched
+
+import (
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
+)
+
+// The Trainer's linear schedule by hand: transformers'
+// get_linear_schedule_with_warmup(opt, num_warmup_steps=2,
+// num_training_steps=5) is LambdaLR with λ(s) = s/2 for s < 2, then
+// (5 − s)/3; the constructor sets base·λ(0) and each applied optimizer step
+// advances s, so steps 1..6 run with base × 0, 1/2, 1, 2/3, 1/3, 0.
+func TestHFLinearByHand(t *testing.T) {
+	s, err := New(KindHFLinear, HFLinearParams{WarmupSteps: 2, TrainingSteps: 5}, 3e-4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []float64{0, 1.5e-4, 3e-4, 2e-4, 1e-4, 0, 0}
+	if d := cmp.Diff(want, usedLRs(s, len(want)), cmpopts.EquateApprox(0, 1e-18)); d != "" {
+		t.Errorf("lrs (-want +got):\n%s", d)
+	}
+	// No warm-up: the first step runs at the full lr, then linear decay.
+	s, _ = New(KindHFLinear, HFLinearParams{TrainingSteps: 4}, 1.0)
+	if d := cmp.Diff([]float64{1, 0.75, 0.5, 0.25, 0}, usedLRs(s, 5)); d != "" {
+		t.Errorf("no warm-up (-want +got):\n%s", d)
+	}
+	// A checkpoint's last_batch_iteration resumes at the same lr.
+	s.StepTo(1)
+	r, _ := New(KindHFLinear, HFLinearParams{TrainingSteps: 4}, 1.0)
+	if err := r.LoadStateDict(s.StateDict()); err != nil || r.LR() != 0.5 {
+		t.Errorf("resumed lr %v (%v), want 0.5", r.LR(), err)
+	}
+}
+
+func TestHFLinearNeedsTheStepCount(t *testing.T) {
+	for _, p := range []HFLinearParams{{TrainingSteps: 0}, {TrainingSteps: -1}, {WarmupSteps: -1, TrainingSteps: 3}} {
+		if _, err := New(KindHFLinear, p, 1); err == nil {
+			t.Errorf("%+v: no error", p)
+		}
+	}
+}
