@@ -88,14 +88,6 @@ func (c *compiler) readPrecision(top *block) {
 		p.DType = "fp32"
 	}
 	c.rec.set(Setting{Path: "precision", Value: p.DType, Source: FromDerived})
-	if p.BF16OptimizerStates && !p.BF16MasterWeightsAndGrads {
-		c.s.errorf(c.at("bf16.bf16_optimizer_states"), "bf16.bf16_optimizer_states", "also set bf16_master_weights_and_grads: true",
-			"bf16_optimizer_states requires bf16_master_weights_and_grads")
-	}
-	if (p.BF16MasterWeightsAndGrads || p.BF16OptimizerStates) && bf16 {
-		c.s.unsupportedf(c.at("bf16.bf16_master_weights_and_grads"), "bf16.bf16_master_weights_and_grads", "remove it (dszero keeps fp32 master weights)",
-			"bf16 master weights and optimizer states are not supported by dszero")
-	}
 	if p.FP16MasterWeightsAndGrads && fp16 {
 		c.s.unsupportedf(c.at("fp16.fp16_master_weights_and_grads"), "fp16.fp16_master_weights_and_grads", "remove it (dszero keeps fp32 master weights)",
 			"fp16 master weights and gradients are not supported by dszero")
