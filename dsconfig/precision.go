@@ -102,15 +102,7 @@ func (c *compiler) readPrecision(top *block) {
 				"Apex AMP needs NVIDIA Apex's apex.amp, which current Apex no longer ships (DeepSpeed: \"Unable to import apex/amp\"); dszero does not implement it")
 		}
 	}
-	if ta := c.at("torch_autocast"); ta != nil && ta.Kind == lenient.Object {
-		if e, ok := ta.Get("enabled"); ok && truthy(e) {
-			p.TorchAutocast = true
-			if d, ok := ta.Get("dtype"); ok && d.Kind == lenient.String {
-				p.TorchAutocastDType = d.Str
-			}
-			c.s.unsupportedf(e, "torch_autocast.enabled", "use the bf16 or fp16 block", "torch.autocast mixed precision is not supported by dszero")
-		}
-	}
+	c.readTorchAutocast()
 }
 
 // scaleInt reads loss_scale_window / min_loss_scale, which DeepSpeed's
