@@ -27,6 +27,10 @@ package dsconfig
 func (c *compiler) masterWeightsChecks() {
 	p := &c.plan
 	pr, z := p.Precision, p.Zero
+	if pr.FP16MasterWeightsAndGrads {
+		c.fp16MasterChecks()
+		return
+	}
 	if !pr.BF16MasterWeightsAndGrads && !pr.BF16OptimizerStates {
 		return
 	}
@@ -93,4 +97,40 @@ func pyBool(b bool) string {
 		return "True"
 	}
 	return "False"
+}
+
+// fp16MasterChecks is masterWeightsChecks for fp16.fp16_master_weights_and_grads
+// (DeepSpeed 0.19.5): ZeRO stage 1, 2 or 3 (config.py), not together with
+// bf16_master_weights_and_grads, and always optimizer offload with
+// DeepSpeedCPUAdam (base_optimizer.py: the fp16 validator has no on-device
+// case); then refused by name, as the bf16 key is.
+func (c *compiler) fp16MasterChecks() {
+	p := &c.plan
+	pr, z := p.Precision, p.Zero
+	const path = "fp16.fp16_master_weights_and_grads"
+	v := c.at(path)
+	switch {
+	case z.Stage < 1 || z.Stage > 3:
+		c.s.errorf(v, path, "use ZeRO stage 1, 2 or 3 (zero_optimization.stage), or remove it",
+			"Fp16_master_weights_and_grads is only supported with ZeRO Stage 1, 2, or 3.")
+		return
+	case pr.BF16MasterWeightsAndGrads:
+		c.s.errorf(v, path, "keep one of fp16_master_weights_and_grads and bf16.bf16_master_weights_and_grads",
+			"fp16_master_weights_and_gradients and bf16_master_weights_and_gradients are mutually exclusive.")
+		return
+	case p.Optimizer.Type == "":
+		return
+	}
+	if offload := z.OffloadOptimizer.Device != OffloadNone; !offload || p.Optimizer.Impl != "DeepSpeedCPUAdam" {
+		cur := "ZeRO-Offload"
+		if z.Stage == 3 {
+			cur = "ZeRO-3 Offload"
+		}
+		c.s.errorf(v, path, `add "offload_optimizer": {"device": "cpu"} with an Adam/AdamW optimizer block (DeepSpeedCPUAdam), or remove it`,
+			"Master weights feature requires ZeRO-%d Offload with DeepSpeedCPUAdam. Current %s:%s optimizer type %s (DeepSpeed's AssertionError)",
+			z.Stage, cur, pyBool(offload), p.Optimizer.Impl)
+		return
+	}
+	c.s.unsupportedf(v, path, "remove fp16_master_weights_and_grads: dszero then keeps fp32 master weights, as DeepSpeed does without the key",
+		"DeepSpeed keeps the master weight and gradient partitions in fp16 (DeepSpeedCPUAdam reading and writing fp16); dszero keeps fp32 master weights and gradients and does not reproduce that rounding (`dszero estimate` shows the bytes DeepSpeed saves)")
 }

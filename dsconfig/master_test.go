@@ -51,3 +51,32 @@ func TestBF16MasterWeightsRules(t *testing.T) {
 		}
 	}
 }
+
+// TestFP16MasterWeightsRules: fp16_master_weights_and_grads, DeepSpeed
+// 0.19.5: ZeRO stage 1-3, not with the bf16 key, and always optimizer
+// offload with DeepSpeedCPUAdam; what DeepSpeed runs is refused by name.
+func TestFP16MasterWeightsRules(t *testing.T) {
+	const adam = `"optimizer": {"type": "AdamW"}, "train_micro_batch_size_per_gpu": 1, `
+	const path = "fp16.fp16_master_weights_and_grads"
+	for _, c := range []struct {
+		name, src string
+		want      wantDiag
+	}{
+		{"stage 0", `{` + adam + `"fp16": {"enabled": true, "fp16_master_weights_and_grads": true}}`,
+			wantDiag{Error, path, []string{"Fp16_master_weights_and_grads is only supported with ZeRO Stage 1, 2, or 3."}}},
+		{"with the bf16 key", `{` + adam + `"zero_optimization": {"stage": 2, "offload_optimizer": {"device": "cpu"}}, "fp16": {"fp16_master_weights_and_grads": true}, "bf16": {"enabled": true, "bf16_master_weights_and_grads": true}}`,
+			wantDiag{Error, path, []string{"mutually exclusive"}}},
+		{"on the device", `{` + adam + `"zero_optimization": {"stage": 1}, "fp16": {"enabled": true, "fp16_master_weights_and_grads": true}}`,
+			wantDiag{Error, path, []string{"requires ZeRO-1 Offload with DeepSpeedCPUAdam. Current ZeRO-Offload:False optimizer type FusedAdam"}}},
+		{"offload CPU Adam", `{` + adam + `"zero_optimization": {"stage": 3, "offload_optimizer": {"device": "cpu"}}, "fp16": {"enabled": true, "fp16_master_weights_and_grads": true}}`,
+			wantDiag{Unsupported, path, []string{"in fp16"}}},
+	} {
+		_, diags := compileString(t, c.src, Options{WorldSize: 2})
+		if !hasDiag(diags, c.want) {
+			t.Errorf("%s: want %v %s %q; got:\n%s", c.name, c.want.sev, c.want.path, c.want.frags, diagText(diags))
+		}
+		if c.want.sev == Unsupported && diags.HasErrors() {
+			t.Errorf("%s: DeepSpeed runs it, but:\n%s", c.name, diagText(diags))
+		}
+	}
+}

@@ -88,10 +88,6 @@ func (c *compiler) readPrecision(top *block) {
 		p.DType = "fp32"
 	}
 	c.rec.set(Setting{Path: "precision", Value: p.DType, Source: FromDerived})
-	if p.FP16MasterWeightsAndGrads && fp16 {
-		c.s.unsupportedf(c.at("fp16.fp16_master_weights_and_grads"), "fp16.fp16_master_weights_and_grads", "remove it (dszero keeps fp32 master weights)",
-			"fp16 master weights and gradients are not supported by dszero")
-	}
 
 	// Apex AMP: DeepSpeed imports apex.amp, which current NVIDIA Apex no
 	// longer ships; dszero has no AMP. Both make the config unusable.

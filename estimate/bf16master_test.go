@@ -24,6 +24,8 @@ func TestBF16MasterBytes(t *testing.T) {
 		{``, 8000, "", true},
 		{`, "bf16_master_weights_and_grads": true`, 6000, "the master partition (500 elements) and its gradient partition (500) in bf16", false},
 		{`, "bf16_master_weights_and_grads": true, "bf16_optimizer_states": true`, 4000, "and the optimizer state (1,000)", false},
+		// fp16_master_weights_and_grads: the same two halved, fp32 moments.
+		{`}, "fp16": {"fp16_master_weights_and_grads": true`, 6000, "fp16_master_weights_and_grads: DeepSpeed keeps the master partition (500 elements) and its gradient partition (500) in fp16", false},
 	} {
 		js := `{"train_micro_batch_size_per_gpu": 1, "optimizer": {"type": "AdamW"}, "zero_optimization": {"stage": 2, "offload_optimizer": {"device": "cpu"}}, "bf16": {"enabled": true` + c.bf16 + `}}`
 		plan, err := dsconfig.Load(js, dsconfig.Options{WorldSize: 2})

@@ -78,9 +78,10 @@ type Estimate struct {
 	Checkpoint  []Line   // with activation checkpointing
 	Checkpoints bool     // the run checkpoints activations (what Total counts)
 	Total       Tiers    // the config's stage: its Total + activations
-	// BF16MasterStates is, with bf16_master_weights_and_grads, the
-	// config's stage's model states at DeepSpeed's bf16 widths for the
-	// master, its gradient and (bf16_optimizer_states) the optimizer state.
+	// BF16MasterStates is, with bf16_master_weights_and_grads (or
+	// fp16_master_weights_and_grads), the config's stage's model states at
+	// DeepSpeed's 16-bit widths for the master, its gradient and
+	// (bf16_optimizer_states) the optimizer state.
 	BF16MasterStates Tiers
 	Notes            []string
 }
@@ -201,9 +202,10 @@ func dszero(in Input, params []partition.Param, total int64) (*Estimate, error) 
 	if assumed {
 		e.Notes = append(e.Notes, "the config has no optimizer block: AdamW (2 fp32 states) assumed")
 	}
-	if pr := p.Precision; pr.BF16MasterWeightsAndGrads && z.Stage > 0 {
+	if pr := p.Precision; (pr.BF16MasterWeightsAndGrads || pr.FP16MasterWeightsAndGrads) && z.Stage > 0 {
 		var note string
-		e.BF16MasterStates, note = bf16MasterNote(e.Stages[z.Stage], pr.BF16OptimizerStates)
+		fp16 := pr.FP16MasterWeightsAndGrads
+		e.BF16MasterStates, note = bf16MasterNote(e.Stages[z.Stage], pr.BF16OptimizerStates && !fp16, fp16)
 		e.Notes = append(e.Notes, note)
 	}
 	return e, nil
