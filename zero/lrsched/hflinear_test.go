@@ -41,3 +41,26 @@ func TestHFLinearNeedsTheStepCount(t *testing.T) {
 		}
 	}
 }
+
+// TestHFLinearStateDict: the checkpointed state is torch 1.13's
+// LambdaLR.state_dict() after two applied steps of a schedule built at
+// lr 1e-3 (warm-up 2, 5 steps): last_epoch 2, _step_count 3, _last_lr the
+// lr of the next step (λ(2) = 1), lr_lambdas one partial's empty __dict__;
+// loading it resumes at that lr.
+func TestHFLinearStateDict(t *testing.T) {
+	s, _ := New(KindHFLinear, HFLinearParams{WarmupSteps: 2, TrainingSteps: 5}, 1e-3)
+	s.Step()
+	s.Step()
+	want := map[string]any{"base_lrs": []float64{1e-3}, "last_epoch": int64(2), "verbose": false, "_step_count": int64(3),
+		"_get_lr_called_within_step": false, "_last_lr": []float64{1e-3}, "lr_lambdas": []any{map[string]any{}}}
+	if d := cmp.Diff(want, s.StateDict()); d != "" {
+		t.Errorf("state dict (-LambdaLR +got):\n%s", d)
+	}
+	r, _ := New(KindHFLinear, HFLinearParams{WarmupSteps: 2, TrainingSteps: 5}, 1e-3)
+	if err := r.LoadStateDict(s.StateDict()); err != nil || r.LR() != 1e-3 || r.LastBatchIteration() != 1 {
+		t.Errorf("loaded: lr %v at %d (%v)", r.LR(), r.LastBatchIteration(), err)
+	}
+	if err := r.LoadStateDict(map[string]any{"last_batch_iteration": 3}); err == nil {
+		t.Error("a DeepSpeed scheduler's state loaded into the LambdaLR")
+	}
+}

@@ -136,6 +136,9 @@ func NewVersion(kind string, p Params, baseLR float64, v Version) (Scheduler, er
 		s.lr = lr
 	}
 	s.betas, s.hasBetas = f.betasAt(-1)
+	if _, ok := f.(*hfLinear); ok {
+		return &hfLinearSched{sched: s, base: baseLR}, nil
+	}
 	return s, nil
 }
 
