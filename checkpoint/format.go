@@ -147,6 +147,18 @@ func pyValue(v any) any {
 		return int64(x)
 	case float32:
 		return float64(x)
+	case []any: // LambdaLR's lr_lambdas
+		l := make(ptfile.List, len(x))
+		for i, e := range x {
+			l[i] = pyValue(e)
+		}
+		return l
+	case map[string]any:
+		d := ptfile.NewDict()
+		for k, e := range x {
+			d.Set(k, pyValue(e))
+		}
+		return d
 	}
 	return v
 }

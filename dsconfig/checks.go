@@ -12,6 +12,9 @@ func (c *compiler) crossChecks() {
 		c.hfDefaultOptimizer()
 		hasOpt = true
 	}
+	if p.Mode == HFMode && c.at("scheduler") == nil {
+		c.hfDefaultScheduler()
+	}
 	if !hasOpt {
 		switch {
 		case z.Stage == 1 || z.Stage == 2:
@@ -66,6 +69,7 @@ func (c *compiler) crossChecks() {
 		c.s.infof(c.at("zero_optimization.offload_optimizer"), "optimizer",
 			"ZeRO-Offload with the Trainer's own AdamW: Accelerate hands DeepSpeed a DeepSpeedCPUAdam over the AdamW's parameter groups (same lr, betas, eps, weight decay), as DeepSpeed requires")
 	}
+	c.masterWeightsChecks()
 }
 
 // noOptimizerFix is the one-line fix for a config without an optimizer

@@ -254,7 +254,41 @@ func (c *compiler) hfDefaultOptimizer() {
 		"optimizer.params.eps": o.Eps, "optimizer.params.weight_decay": o.WeightDecay} {
 		c.rec.set(Setting{Path: path, Value: val, Source: FromHF, Note: "the Trainer's own AdamW (no optimizer block)"})
 	}
-	if c.plan.Scheduler.Type == "" && a.MaxSteps > 0 {
-		c.s.infof(nil, "scheduler", "no scheduler block: HF's Trainer would use its own linear schedule (warmup %d steps, decay to 0 at step %d); dszero keeps the lr constant", a.WarmupSteps, a.MaxSteps)
+	if a.WeightDecay != 0 {
+		// Trainer.create_optimizer builds two groups: weight_decay for the
+		// decay parameters, 0.0 for biases and LayerNorm weights
+		// (get_decay_parameter_names); dszero's optimizer has one.
+		c.s.unsupportedf(nil, "optimizer.params.weight_decay",
+			`pass --weight_decay 0, or add an "optimizer" block with the weight_decay (DeepSpeed's optimizer then decays every parameter, as the Trainer hands it one group)`,
+			"--weight_decay %g with no optimizer block: the Trainer's AdamW decays all parameters but the biases and LayerNorm weights (two param groups); dszero runs one group and does not split them", a.WeightDecay)
 	}
+}
+
+// SchedulerHFLinear is Scheduler.Type for the Trainer's own schedule:
+// transformers' get_linear_schedule_with_warmup (lr_scheduler_type
+// "linear", the default), which HF mode runs when the config has no
+// scheduler block. WarmupNumSteps and TotalNumSteps hold --warmup_steps and
+// --max_steps.
+const SchedulerHFLinear = "get_linear_schedule_with_warmup"
+
+// hfDefaultScheduler is what the Trainer schedules when the config has no
+// scheduler block (deepspeed_optim_sched): trainer.create_scheduler on its
+// own AdamW, which the Trainer steps after every optimizer step DeepSpeed
+// did not skip, or — with an optimizer block — the same schedule as a
+// callable that DeepSpeed's engine builds on its optimizer and steps after
+// every applied step. Either way the lr follows the linear schedule.
+func (c *compiler) hfDefaultScheduler() {
+	a := c.opts.HF
+	if a.MaxSteps <= 0 {
+		c.s.warnf(nil, "scheduler", "pass --max_steps N (the Trainer derives it from --num_train_epochs and the dataset length, which dszero does not know)",
+			"no scheduler block: HF's Trainer would run its linear schedule (warm-up %d steps, then decay to 0 at the last step), but without --max_steps dszero does not know the last step and keeps the lr constant", a.WarmupSteps)
+		return
+	}
+	s := &c.plan.Scheduler
+	*s = Scheduler{Type: SchedulerHFLinear, WarmupNumSteps: a.WarmupSteps, TotalNumSteps: a.MaxSteps}
+	note := "the Trainer's own schedule (no scheduler block)"
+	c.rec.set(Setting{Path: "scheduler.type", Value: "linear", Source: FromHF, Note: note})
+	c.rec.set(Setting{Path: "scheduler.params.warmup_num_steps", Value: a.WarmupSteps, Source: FromHF, Note: note})
+	c.rec.set(Setting{Path: "scheduler.params.total_num_steps", Value: a.MaxSteps, Source: FromHF, Note: note})
+	c.s.infof(nil, "scheduler", "no scheduler block: HF's Trainer schedules the lr linearly (get_linear_schedule_with_warmup: warm-up from 0 over %d steps, then decay to 0 at step %d)", a.WarmupSteps, a.MaxSteps)
 }

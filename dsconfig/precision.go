@@ -88,18 +88,6 @@ func (c *compiler) readPrecision(top *block) {
 		p.DType = "fp32"
 	}
 	c.rec.set(Setting{Path: "precision", Value: p.DType, Source: FromDerived})
-	if p.BF16OptimizerStates && !p.BF16MasterWeightsAndGrads {
-		c.s.errorf(c.at("bf16.bf16_optimizer_states"), "bf16.bf16_optimizer_states", "also set bf16_master_weights_and_grads: true",
-			"bf16_optimizer_states requires bf16_master_weights_and_grads")
-	}
-	if (p.BF16MasterWeightsAndGrads || p.BF16OptimizerStates) && bf16 {
-		c.s.unsupportedf(c.at("bf16.bf16_master_weights_and_grads"), "bf16.bf16_master_weights_and_grads", "remove it (dszero keeps fp32 master weights)",
-			"bf16 master weights and optimizer states are not supported by dszero")
-	}
-	if p.FP16MasterWeightsAndGrads && fp16 {
-		c.s.unsupportedf(c.at("fp16.fp16_master_weights_and_grads"), "fp16.fp16_master_weights_and_grads", "remove it (dszero keeps fp32 master weights)",
-			"fp16 master weights and gradients are not supported by dszero")
-	}
 
 	// Apex AMP: DeepSpeed imports apex.amp, which current NVIDIA Apex no
 	// longer ships; dszero has no AMP. Both make the config unusable.
@@ -110,15 +98,7 @@ func (c *compiler) readPrecision(top *block) {
 				"Apex AMP needs NVIDIA Apex's apex.amp, which current Apex no longer ships (DeepSpeed: \"Unable to import apex/amp\"); dszero does not implement it")
 		}
 	}
-	if ta := c.at("torch_autocast"); ta != nil && ta.Kind == lenient.Object {
-		if e, ok := ta.Get("enabled"); ok && truthy(e) {
-			p.TorchAutocast = true
-			if d, ok := ta.Get("dtype"); ok && d.Kind == lenient.String {
-				p.TorchAutocastDType = d.Str
-			}
-			c.s.unsupportedf(e, "torch_autocast.enabled", "use the bf16 or fp16 block", "torch.autocast mixed precision is not supported by dszero")
-		}
-	}
+	c.readTorchAutocast()
 }
 
 // scaleInt reads loss_scale_window / min_loss_scale, which DeepSpeed's

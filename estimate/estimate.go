@@ -78,7 +78,12 @@ type Estimate struct {
 	Checkpoint  []Line   // with activation checkpointing
 	Checkpoints bool     // the run checkpoints activations (what Total counts)
 	Total       Tiers    // the config's stage: its Total + activations
-	Notes       []string
+	// BF16MasterStates is, with bf16_master_weights_and_grads (or
+	// fp16_master_weights_and_grads), the config's stage's model states at
+	// DeepSpeed's 16-bit widths for the master, its gradient and
+	// (bf16_optimizer_states) the optimizer state.
+	BF16MasterStates Tiers
+	Notes            []string
 }
 
 // Compute makes the report. Invalid input is an error naming the field.
@@ -197,6 +202,12 @@ func dszero(in Input, params []partition.Param, total int64) (*Estimate, error) 
 	if assumed {
 		e.Notes = append(e.Notes, "the config has no optimizer block: AdamW (2 fp32 states) assumed")
 	}
+	if pr := p.Precision; (pr.BF16MasterWeightsAndGrads || pr.FP16MasterWeightsAndGrads) && z.Stage > 0 {
+		var note string
+		fp16 := pr.FP16MasterWeightsAndGrads
+		e.BF16MasterStates, note = bf16MasterNote(e.Stages[z.Stage], pr.BF16OptimizerStates && !fp16, fp16)
+		e.Notes = append(e.Notes, note)
+	}
 	return e, nil
 }
 
@@ -270,9 +281,20 @@ func (e Estimate) MarshalJSON() ([]byte, error) {
 		Checkpointing           bool     `json:"activation_checkpointing"`
 		Total                   Tiers    `json:"total"`
 		Notes                   []string `json:"notes"`
+		BF16Master              *Tiers   `json:"bf16_master_model_states,omitempty"`
 	}{e.Config, e.Ranks, e.Stage, e.Precision, e.Optimizer, e.OptimizerStates, e.OptimizerAssumed,
 		string(e.OffloadOptimizer), string(e.OffloadParam), e.MicroBatch, e.SeqLen, e.Padded, e.Partition, e.Stage3Numel,
-		e.Stages, nonNil(e.Activations), nonNil(e.Checkpoint), e.Checkpoints, e.Total, nonNil(e.Notes)})
+		e.Stages, nonNil(e.Activations), nonNil(e.Checkpoint), e.Checkpoints, e.Total, nonNil(e.Notes), bf16Master(e)})
+}
+
+// bf16Master is the JSON's bf16_master_model_states: set only with
+// bf16_master_weights_and_grads.
+func bf16Master(e Estimate) *Tiers {
+	if e.BF16MasterStates == (Tiers{}) {
+		return nil
+	}
+	t := e.BF16MasterStates
+	return &t
 }
 
 // nonNil makes JSON write [] instead of null.

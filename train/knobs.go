@@ -3,11 +3,11 @@ package train
 import (
 	"fmt"
 	"io"
-	"math/rand/v2"
 	"os"
 	"time"
 
 	"github.com/dszero/dszero/comm"
+	"github.com/dszero/dszero/internal/nprand"
 	"github.com/dszero/dszero/model"
 	"github.com/dszero/dszero/monitor/commslog"
 	"github.com/dszero/dszero/profiler"
@@ -31,7 +31,7 @@ import (
 // (gpt.Model).
 type layerDropper interface {
 	DropLayers() int
-	SetLayerDrop(keep []bool, scale []float32) error
+	SetLayerDrop(keep []bool, keepProb []float32) error
 }
 
 // knobs is one rank's state for the knobs above.
@@ -46,12 +46,12 @@ type knobs struct {
 
 	// progressive layer drop
 	dropper     layerDropper
-	pcg         *rand.PCG // reseeded for each forward from (seed, step, micro-step)
-	rng         *rand.Rand
-	drawStep    int64 // the step and micro-step of the next draw
+	np          *nprand.RandomState // numpy's global generator, np.random.seed(seed)
+	npDraws     int64               // choices drawn from np since the seed
+	drawStep    int64               // the step and micro-step of the next draw
 	drawMicro   int
 	keep        []bool
-	scale       []float32
+	keepProb    []float32
 	lastDropped int // blocks skipped in the last forward (for tests)
 
 	prof   *profiler.Profiler // rank 0, flops_profiler enabled
@@ -75,13 +75,16 @@ func newKnobs(cfg *Config, rank int) (*knobs, error) {
 	}
 	if p.ProgressiveLayerDrop.Enabled {
 		// DeepSpeed's example models draw with numpy's global generator,
-		// seeded alike on every rank by the training script, so every
-		// rank drops the same blocks; so do these. Each forward's draws
-		// depend on the seed, the step and the micro-step only, so a run
-		// resumed from a checkpoint drops what the uninterrupted run
-		// drops (numpy's state is not in DeepSpeed's checkpoints).
-		k.pcg = rand.NewPCG(0, 0)
-		k.rng = rand.New(k.pcg)
+		// which the training script seeds alike on every rank
+		// (np.random.seed(seed)), so every rank drops the same blocks;
+		// these draw the same numbers from the same seed. numpy's state is
+		// not in DeepSpeed's checkpoints: a resumed run here skips the
+		// draws of the forwards before the checkpoint, so it drops what
+		// the uninterrupted run drops.
+		if cfg.Seed > 1<<32-1 {
+			return nil, fmt.Errorf("progressive_layer_drop: seed %d: the layer drop draws from numpy's np.random.seed(seed), which takes 0 to 2^32-1; use a smaller --seed", cfg.Seed)
+		}
+		k.np = nprand.New(uint32(cfg.Seed))
 		k.drawStep = -1
 	}
 	if fp := p.FlopsProfiler; fp.Enabled && rank == 0 {
@@ -140,7 +143,7 @@ func (k *knobs) attach(m model.Model) error {
 		return fmt.Errorf("progressive_layer_drop.enabled: the model %T has no transformer layers to drop; set it to false", m)
 	}
 	k.dropper = d
-	k.keep, k.scale = make([]bool, d.DropLayers()), make([]float32, d.DropLayers())
+	k.keep, k.keepProb = make([]bool, d.DropLayers()), make([]float32, d.DropLayers())
 	return nil
 }
 
@@ -165,10 +168,13 @@ func (k *knobs) beforeForward(finished int64, b *model.Batch) (model.Batch, erro
 		if finished != k.drawStep {
 			k.drawStep, k.drawMicro = finished, 0
 		}
-		k.pcg.Seed(k.cfg.Seed, 0x706c64<<40|uint64(finished)<<16|uint64(k.drawMicro))
+		// One forward per micro-step, L choices per forward: the forwards
+		// before this one drew (finished·gas + micro)·L.
+		L, gas := int64(len(k.keep)), p.Batch.GradientAccumulationSteps
+		k.seekDraws((finished*gas + int64(k.drawMicro)) * L)
 		k.drawMicro++
 		k.drawLayers(p.ProgressiveLayerDrop.ThetaFor(finished))
-		if err := k.dropper.SetLayerDrop(k.keep, k.scale); err != nil {
+		if err := k.dropper.SetLayerDrop(k.keep, k.keepProb); err != nil {
 			return run, err
 		}
 	}
@@ -204,23 +210,47 @@ func (k *knobs) truncate(b *model.Batch, T, L int) model.Batch {
 	return *s
 }
 
-// drawLayers is the layer drop of DeepSpeedExamples' PLD encoder for
-// theta: block i runs with probability p_i = 1 − i·(1−theta)/L, p falling
-// by (1−theta)/L after each draw, and a block that runs scales its
-// branches by 1/p_{i+1}, the probability already lowered for the next
-// block (the example passes p after decrementing it).
+// drawLayers is the layer drop of DeepSpeedExamples' PLD encoder
+// (bing_bert modelingpreln_layerdrop.py BertEncoder.forward) for theta:
+//
+//	drop_prob = 1 - theta; step = drop_prob / L; p = 1.0
+//	for each layer: action = np.random.choice([1, 0], p=[p, 1 - p])
+//	                p = p - step
+//	                layer(hidden_states, attention_mask, action, p)
+//
+// so block i runs with probability p_i = 1 − i·step and, when it runs,
+// divides its branches by p_{i+1}, the probability already lowered for
+// the next block (float32(p): torch's tensor / Python float).
 func (k *knobs) drawLayers(theta float64) {
 	L := len(k.keep)
 	step := (1 - theta) / float64(L)
 	p := 1.0
 	k.lastDropped = 0
 	for i := range k.keep {
-		k.keep[i] = k.rng.Float64() < p
+		k.keep[i] = k.np.ChooseFirst(p)
+		k.npDraws++
 		p -= step
-		k.scale[i] = float32(1 / p)
+		k.keepProb[i] = float32(p)
 		if !k.keep[i] {
 			k.lastDropped++
 		}
+	}
+}
+
+// seekDraws puts numpy's generator where it stands after n choices from
+// the seed: it is there already when the forwards run in order; after a
+// resume it starts from the seed and skips the draws of the forwards
+// before the checkpoint.
+func (k *knobs) seekDraws(n int64) {
+	if n == k.npDraws {
+		return
+	}
+	if n < k.npDraws {
+		k.np.Seed(uint32(k.cfg.Seed))
+		k.npDraws = 0
+	}
+	for ; k.npDraws < n; k.npDraws++ {
+		k.np.RandomSample()
 	}
 }
 

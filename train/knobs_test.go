@@ -140,11 +140,11 @@ func TestCurriculumCapsAtTheSequence(t *testing.T) {
 }
 
 // TestProgressiveLayerDrop: the first optimizer step runs every block
-// unscaled (theta starts at 1, DeepSpeed's initial current_theta); later
+// undivided (theta starts at 1, DeepSpeed's initial current_theta); later
 // steps draw with theta(t) from DeepSpeed's schedule, the same draws on
-// every rank, block i kept with probability 1 − i(1−θ)/L and scaled by
-// 1/(1 − (i+1)(1−θ)/L); over many forwards at a low theta the deepest
-// block is dropped most.
+// every rank, block i kept with probability 1 − i(1−θ)/L and divided by
+// the keep probability 1 − (i+1)(1−θ)/L; over many forwards at a low
+// theta the deepest block is dropped most.
 func TestProgressiveLayerDrop(t *testing.T) {
 	const theta, gamma = 0.1, 1.0
 	steps := 60
@@ -162,12 +162,12 @@ func TestProgressiveLayerDrop(t *testing.T) {
 	for f, keep := range d0 {
 		th := pld.ThetaFor(int64(f))
 		for i := range keep {
-			want := float32(1 / (1 - float64(i+1)*(1-th)/float64(L)))
+			want := float32(1 - float64(i+1)*(1-th)/float64(L))
 			if f == 0 && (!keep[i] || rec.scale[0][f][i] != 1) {
-				t.Errorf("step 1: block %d kept %v scale %v, want every block unscaled", i, keep[i], rec.scale[0][f][i])
+				t.Errorf("step 1: block %d kept %v keep probability %v, want every block undivided", i, keep[i], rec.scale[0][f][i])
 			}
 			if got := rec.scale[0][f][i]; math.Abs(float64(got-want)) > 1e-6*float64(want) {
-				t.Errorf("step %d block %d: scale %v, want %v", f+1, i, got, want)
+				t.Errorf("step %d block %d: keep probability %v, want %v", f+1, i, got, want)
 			}
 			if !keep[i] {
 				dropped[i]++
@@ -220,7 +220,7 @@ func TestFlopsProfilerAndCommsLogger(t *testing.T) {
 // dsconfig/testdata/curriculum/engine.json — what DeepSpeed v0.14.5's
 // engine handed its model's forward, forward by forward — and checks
 // that the loop's forwards got the same: the curriculum's sequence length,
-// and PLD's theta (read back from block 0's branch scale 1/(1 − (1−θ)/L)).
+// and PLD's theta (read back from block 0's keep probability 1 − (1−θ)/L).
 func TestKnobsMatchDeepSpeedsEngine(t *testing.T) {
 	raw, err := os.ReadFile("../dsconfig/testdata/curriculum/engine.json")
 	if err != nil {
@@ -260,7 +260,7 @@ func TestKnobsMatchDeepSpeedsEngine(t *testing.T) {
 				}
 				if f.PLDTheta != nil {
 					L := float64(len(rec.scale[0][i]))
-					theta := 1 - L*(1-1/float64(rec.scale[0][i][0]))
+					theta := 1 - L*(1-float64(rec.scale[0][i][0]))
 					if math.Abs(theta-*f.PLDTheta) > 1e-6 {
 						t.Errorf("forward %d: theta %v, DeepSpeed's pld_theta %v", i, theta, *f.PLDTheta)
 					}
@@ -270,9 +270,15 @@ func TestKnobsMatchDeepSpeedsEngine(t *testing.T) {
 	}
 }
 
-// TestLayerDropDrawsResume: a forward's layer draws depend on the seed,
-// the step and the micro-step only, so a run that starts at step 3 (a
-// resumed one) draws what a run from step 0 draws there.
+// TestLayerDropDrawsResume: a forward's layer draws are numpy's stream
+// from the seed at that forward's place, so a run that starts at step 3 (a
+// resumed one) draws what a run from step 0 draws there; and they are
+// numpy's: DeepSpeedExamples' encoder loop after np.random.seed(9), L 12,
+// 2 micro-steps, theta 0.1 and gamma 1 (theta 1 for the first two steps),
+// run by numpy 1.24.2, keeps these blocks (1) in the first eight forwards:
+//
+//	for each forward: p = 1.0; step = (1 - theta) / 12
+//	  for each layer: action = np.random.choice([1, 0], p=[p, 1 - p]); p = p - step
 func TestLayerDropDrawsResume(t *testing.T) {
 	mc, _ := gpt.Preset("tiny")
 	plan, err := dsconfig.Load(`{"train_micro_batch_size_per_gpu": 1, "gradient_accumulation_steps": 2, "optimizer": {"type": "AdamW"},
@@ -286,7 +292,7 @@ func TestLayerDropDrawsResume(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		k.keep, k.scale = make([]bool, 12), make([]float32, 12)
+		k.keep, k.keepProb = make([]bool, 12), make([]float32, 12)
 		k.dropper = nopDropper{}
 		out := map[[2]int64][]bool{}
 		b := model.Batch{B: 1, Tokens: make([]int32, 4)}
@@ -308,6 +314,16 @@ func TestLayerDropDrawsResume(t *testing.T) {
 	}
 	if cmp.Equal(full[[2]int64{4, 0}], full[[2]int64{4, 1}]) && cmp.Equal(full[[2]int64{4, 0}], full[[2]int64{5, 0}]) {
 		t.Errorf("the micro-steps and steps draw alike: %v", full)
+	}
+	numpy := []string{"111111111111", "111111111111", "111111111111", "111111111111", "111111110111", "111101111111", "111111110010", "111111111001"}
+	for f, want := range numpy {
+		got := ""
+		for _, k := range full[[2]int64{int64(f / 2), int64(f % 2)}] {
+			got += map[bool]string{true: "1", false: "0"}[k]
+		}
+		if got != want {
+			t.Errorf("forward %d: kept %s, numpy's %s", f, got, want)
+		}
 	}
 }
 

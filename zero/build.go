@@ -112,6 +112,9 @@ func NewScheduler(plan dsconfig.Plan, v Version) (lrsched.Scheduler, error) {
 	case lrsched.KindWarmupCosineLR:
 		p = lrsched.WarmupCosineLRParams{TotalNumSteps: lrsched.Int(int(s.TotalNumSteps)), WarmupMinRatio: s.WarmupMinRatio,
 			NumSteps: int(s.WarmupNumSteps), CosMinRatio: s.CosMinRatio, Type: s.WarmupType}
+	case dsconfig.SchedulerHFLinear:
+		p = lrsched.HFLinearParams{WarmupSteps: int(s.WarmupNumSteps), TrainingSteps: int(s.TotalNumSteps)}
+		return lrsched.NewVersion(lrsched.KindHFLinear, p, plan.Optimizer.LR, v)
 	default:
 		return nil, fmt.Errorf("scheduler %s is not implemented by dszero", s.Type)
 	}

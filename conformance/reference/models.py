@@ -141,49 +141,17 @@ class Block(nn.Module):
         self.ln2 = LayerNorm(d, eps=LN_EPS)
         self.mlp = MLPBlock(d, width)
 
-    def forward(self, x, keep=True, scale=1.0):
-        """Progressive layer drop as DeepSpeedExamples' bing_bert PLD layer runs it: a dropped block
-        is the identity; a kept one scales both residual branches by 1/keep_prob."""
-        if not keep:
-            return x
-        if scale == 1.0:
+    def forward(self, x, action=None, keep_prob=1.0):
+        """Without progressive layer drop (action None) the plain block. With it, as DeepSpeedExamples'
+        bing_bert PLD layer (modelingpreln_layerdrop.py BertLayer.forward) runs it: action 0 is the
+        identity; action 1 divides both residual branches by keep_prob (its `output * 1 / keep_prob`)."""
+        if action is None:
             x = _op(torch.add, x, self.attn(self.ln1(x)))
             return _op(torch.add, x, self.mlp(self.ln2(x)))
-        x = _op(torch.add, x, self.attn(self.ln1(x)) * scale)
-        return _op(torch.add, x, self.mlp(self.ln2(x)) * scale)
-
-
-_M64 = (1 << 64) - 1
-
-
-def go_pcg_float64s(seed1, seed2, n):
-    """n draws of Go's math/rand/v2 rand.New(rand.NewPCG(seed1, seed2)).Float64(): a 128-bit LCG
-    with DXSM output, the top 53 bits over 2^53. dszero seeds one per forward (train/knobs.go)."""
-    mul, inc = (2549297995355413924 << 64) | 4865540595714422341, (6364136223846793005 << 64) | 1442695040888963407
-    state, out = (seed1 << 64) | seed2, []
-    for _ in range(n):
-        state = (state * mul + inc) & ((1 << 128) - 1)
-        hi, lo = state >> 64, state & _M64
-        hi ^= hi >> 32
-        hi = (hi * 0xda942042e4dd58b5) & _M64
-        hi ^= hi >> 48
-        hi = (hi * (lo | 1)) & _M64
-        out.append((hi & ((1 << 53) - 1)) / float(1 << 53))
-    return out
-
-
-def pld_draws(theta, layers, step, micro, seed=0):
-    """dszero's layer drop for one forward (train/knobs.go drawLayers): block i runs with probability
-    p_i = 1 - i(1-theta)/L and scales by 1/p_{i+1}, drawn from Go's PCG seeded with (seed,
-    0x706c64<<40 | step<<16 | micro) -- the same draws on every rank, as numpy's seeded generator
-    gives in DeepSpeedExamples."""
-    u = go_pcg_float64s(seed, (0x706c64 << 40 | step << 16 | micro) & _M64, layers)
-    step_p, p, out = (1 - theta) / layers, 1.0, []
-    for i in range(layers):
-        keep = u[i] < p
-        p -= step_p
-        out.append((keep, float(np.float32(1 / p))))
-    return out
+        if action == 0:
+            return x
+        x = _op(torch.add, x, _op(lambda u: u * 1 / keep_prob, self.attn(self.ln1(x))))
+        return _op(torch.add, x, _op(lambda u: u * 1 / keep_prob, self.mlp(self.ln2(x))))
 
 
 class GPT(nn.Module):
@@ -208,10 +176,15 @@ class GPT(nn.Module):
         pos = torch.arange(idx.shape[1], device=idx.device)
         x = _op(lambda a, b: a + b[None], self.wte(idx), self.wpe(pos))
         if progressive_layer_drop:
-            # the engine passes pld_theta; rank_train.py sets pld_at = (step, micro-step) before each forward
-            draws = pld_draws(float(pld_theta), len(self.blocks), *self.pld_at)
-            for blk, (keep, scale) in zip(self.blocks, draws):
-                x = blk(x, keep, scale)
+            # the engine passes pld_theta; the draws are DeepSpeedExamples' BertEncoder.forward, from numpy's
+            # global generator (rank_train.py seeds it alike on every rank)
+            drop_prob = 1 - pld_theta
+            step = drop_prob / len(self.blocks)
+            p = 1.0
+            for blk in self.blocks:
+                action = np.random.choice([1, 0], p=[p, 1 - p])
+                p = p - step
+                x = blk(x, action, p)
         else:
             for blk in self.blocks:
                 x = blk(x)

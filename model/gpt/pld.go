@@ -7,46 +7,54 @@ import "fmt"
 // modelingpreln_layerdrop.py runs it): in a training forward each block
 // is either skipped — its output is its input, and its parameters get no
 // gradient from this micro-batch — or run with both residual branches
-// scaled:
+// divided by the keep probability p the example passes (its
+// `output * 1 / keep_prob`: a float32 division by float32(p), and the
+// same division of the gradient in the backward):
 //
-//	res2 = x + s·attn.proj(attention(attn.qkv(ln1(x))))
-//	out  = res2 + s·mlp.proj(gelu(mlp.fc(ln2(res2))))
+//	res2 = x + attn.proj(attention(attn.qkv(ln1(x)))) / p
+//	out  = res2 + mlp.proj(gelu(mlp.fc(ln2(res2)))) / p
 //
-// The training loop draws which blocks run and their s (package train);
+// The training loop draws which blocks run and their p (package train);
 // the model only carries the decision from Forward to its Backward (and a
 // recompute under activation checkpointing).
 
 // layerDrop is the decision for the next Forward: nil keep runs every
-// block unscaled.
+// block undivided.
 type layerDrop struct {
-	keep  []bool
-	scale []float32
+	keep     []bool
+	keepProb []float32
 }
 
 // DropLayers is the number of blocks SetLayerDrop decides about.
 func (m *Model) DropLayers() int { return m.cfg.Layers }
 
 // SetLayerDrop makes the following Forward passes, and their Backward,
-// skip every block l with keep[l] false and scale the residual branches of
-// every other block by scale[l]. nil slices run every block as usual.
-func (m *Model) SetLayerDrop(keep []bool, scale []float32) error {
-	if keep == nil && scale == nil {
+// skip every block l with keep[l] false and divide the residual branches
+// of every other block by keepProb[l]. nil slices run every block as
+// usual.
+func (m *Model) SetLayerDrop(keep []bool, keepProb []float32) error {
+	if keep == nil && keepProb == nil {
 		m.drop = layerDrop{}
 		return nil
 	}
-	if len(keep) != m.cfg.Layers || len(scale) != m.cfg.Layers {
-		return fmt.Errorf("gpt: layer drop for %d and %d blocks, the model has %d", len(keep), len(scale), m.cfg.Layers)
+	if len(keep) != m.cfg.Layers || len(keepProb) != m.cfg.Layers {
+		return fmt.Errorf("gpt: layer drop for %d and %d blocks, the model has %d", len(keep), len(keepProb), m.cfg.Layers)
 	}
-	m.drop = layerDrop{keep: append(m.drop.keep[:0], keep...), scale: append(m.drop.scale[:0], scale...)}
+	for l, p := range keepProb {
+		if keep[l] && !(p > 0) {
+			return fmt.Errorf("gpt: layer drop: block %d runs with keep probability %v, want > 0", l, p)
+		}
+	}
+	m.drop = layerDrop{keep: append(m.drop.keep[:0], keep...), keepProb: append(m.drop.keepProb[:0], keepProb...)}
 	return nil
 }
 
-// dropped says whether block l is skipped, and its branch scale.
-func (m *Model) dropped(l int) (skip bool, s float32) {
+// dropped says whether block l is skipped, and its branches' divisor.
+func (m *Model) dropped(l int) (skip bool, p float32) {
 	if m.drop.keep == nil {
 		return false, 1
 	}
-	return !m.drop.keep[l], m.drop.scale[l]
+	return !m.drop.keep[l], m.drop.keepProb[l]
 }
 
 // blockForwardPLD is blockForward under the layer-drop decision.
@@ -83,8 +91,8 @@ func (m *Model) blockForwardPLD(l int, x []float32, ba *blockActs, out []float32
 
 // blockBackwardPLD is blockBackward under the layer-drop decision: a
 // skipped block passes dres through (and adds no gradient, or writes
-// zeros after OverwriteGrads); a scaled one hands each branch
-// s·d(its output). a.dln holds the scaled gradient, free at both points.
+// zeros after OverwriteGrads); a divided one hands each branch
+// d(its output)/p. a.dln holds that gradient, free at both points.
 func (m *Model) blockBackwardPLD(l int, x []float32, ba *blockActs, dres []float32) {
 	skip, s := m.dropped(l)
 	switch {
@@ -118,18 +126,19 @@ func (m *Model) blockBackwardPLD(l int, x []float32, ba *blockActs, dres []float
 	m.residualBackward(dres, a.dx) // dres = d(x)
 }
 
-// scale multiplies x by s in place (one op: rounded to the training dtype).
-func (m *Model) scale(x []float32, s float32) {
+// scale divides x by p in place (one op: rounded to the training dtype;
+// torch divides a bf16/fp16 tensor by a scalar in float, then rounds).
+func (m *Model) scale(x []float32, p float32) {
 	for i := range x {
-		x[i] *= s
+		x[i] /= p
 	}
 	m.round(x)
 }
 
-// scaled writes s·x into dst.
-func (m *Model) scaled(dst, x []float32, s float32) {
+// scaled writes x/p into dst.
+func (m *Model) scaled(dst, x []float32, p float32) {
 	for i := range dst {
-		dst[i] = s * x[i]
+		dst[i] = x[i] / p
 	}
 	m.round(dst)
 }

@@ -89,8 +89,8 @@ func TestLayerDropSkipIsTheShallowerModel(t *testing.T) {
 	}
 }
 
-// TestLayerDropScaleIsScaledProjections: scaling block l's branches by s
-// is the unscaled model with block l's two output projections (weight
+// TestLayerDropScaleIsScaledProjections: dividing block l's branches by
+// the keep probability 1/s is the unscaled model with block l's two output projections (weight
 // and bias) multiplied by s; the gradient of a projection is s times the
 // gradient there, every other gradient is the same.
 func TestLayerDropScaleIsScaledProjections(t *testing.T) {
@@ -117,7 +117,7 @@ func TestLayerDropScaleIsScaledProjections(t *testing.T) {
 	for _, ckpt := range []bool{false, true} {
 		t.Run(fmt.Sprintf("checkpoint=%v", ckpt), func(t *testing.T) {
 			wantLoss, wantGrads := pldRun(t, cfg, scaled, Options{Checkpoint: ckpt}, nil, nil, tokens, targets, B)
-			loss, grads := pldRun(t, cfg, params, Options{Checkpoint: ckpt}, []bool{true, true}, []float32{1, s}, tokens, targets, B)
+			loss, grads := pldRun(t, cfg, params, Options{Checkpoint: ckpt}, []bool{true, true}, []float32{1, 1 / s}, tokens, targets, B)
 			if d := cmp.Diff(wantLoss, loss, cmpopts.EquateApprox(1e-6, 0)); d != "" {
 				t.Errorf("loss (-scaled projections +scaled branches):\n%s", d)
 			}

@@ -54,10 +54,18 @@
 // LRRangeTest: lr = min_lr·(1 + step_rate·(it+1)/step_size), the quotient
 // floored when staircase.
 //
+// HF's Trainer, when the ds_config has no scheduler block (KindHFLinear,
+// not a DeepSpeed schedule): transformers' get_linear_schedule_with_warmup,
+// a LambdaLR whose constructor already writes lr·λ(0), and optimizer step
+// k runs with lr·λ(k−1):
+//
+//	λ(s) = s/max(1, W)  (s < W),  else  max(0, (T − s)/max(1, T − W))
+//
 // # State
 //
 // The checkpointed state dict is {"last_batch_iteration": it} for every
-// scheduler; loading it does not touch the lr, which comes back with the
-// optimizer's param group (LoadStateDict sets LR to get_lr() at it, the
-// same value).
+// DeepSpeed scheduler; loading it does not touch the lr, which comes back
+// with the optimizer's param group (LoadStateDict sets LR to get_lr() at
+// it, the same value). The Trainer's schedule checkpoints as torch's
+// LambdaLR.state_dict() (last_epoch = it + 1).
 package lrsched

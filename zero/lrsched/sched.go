@@ -121,6 +121,10 @@ func NewVersion(kind string, p Params, baseLR float64, v Version) (Scheduler, er
 		f, err = newWarmupCosineLR(q, baseLR, v)
 	case *WarmupCosineLRParams:
 		f, err = newWarmupCosineLR(*q, baseLR, v)
+	case HFLinearParams:
+		f, err = newHFLinear(q, baseLR)
+	case *HFLinearParams:
+		f, err = newHFLinear(*q, baseLR)
 	default:
 		return nil, fmt.Errorf("scheduler.type %q: unsupported parameter type %T (valid kinds: %s)", kind, p, valid)
 	}
@@ -132,6 +136,9 @@ func NewVersion(kind string, p Params, baseLR float64, v Version) (Scheduler, er
 		s.lr = lr
 	}
 	s.betas, s.hasBetas = f.betasAt(-1)
+	if _, ok := f.(*hfLinear); ok {
+		return &hfLinearSched{sched: s, base: baseLR}, nil
+	}
 	return s, nil
 }
 
