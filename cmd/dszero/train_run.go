@@ -45,7 +45,7 @@ func (j *trainJob) train() (trainResult, error) {
 	}
 	stdout, n := j.stdout, j.steps
 	dname, dtokens := j.dataName()
-	fmt.Fprintf(stdout, "dszero: %s | model %s (%s parameters) | data %s (%d tokens)\n", j.name, f.modelArg, paramCount(j.numParams()), dname, dtokens)
+	fmt.Fprintf(stdout, "dszero: %s | model %s (%s parameters) | data %s (%d tokens)\n", j.name, f.modelArg, paramCount(j.m.NumParams()), dname, dtokens)
 	steps := plural(n, "step")
 	if f.loadDir != "" {
 		steps = fmt.Sprintf("to step %d, resuming", n)
@@ -90,11 +90,11 @@ func (j *trainJob) train() (trainResult, error) {
 			return res, err
 		}
 	}
-	if f.trainer.outputDir == "" && j.lm == nil && streamsSaveModel(res.saveModel, f.saveDir) { // the GPT's, streamed from the last checkpoint
-		res.modelFrom = f.saveDir
+	if _, ok := j.m.(checkpointSaver); ok && f.trainer.outputDir == "" && streamsSaveModel(res.saveModel, f.saveDir) {
+		res.modelFrom = f.saveDir // streamed from the last checkpoint
 	}
 	start := time.Now()
-	final, err := train.Run(train.Config{Layout: saveLayout(layout), Format: stateFormat(f, j.fp), Plan: plan, Model: j.builder(), InitRange: j.initRange(), Seed: f.seed, ReturnParams: res.saveModel != "" && res.modelFrom == "", Batches: batches, SeqLen: j.T, Steps: n, Devices: j.devs, Comm: j.l.comm(), FastMath: f.fastMath, Workers: f.threads,
+	final, err := train.Run(train.Config{Layout: saveLayout(layout), Format: stateFormat(f, j.fp), Plan: plan, Model: j.m.Builder(), InitRange: j.m.InitRange(), Seed: f.seed, ReturnParams: res.saveModel != "" && res.modelFrom == "", Batches: batches, SeqLen: j.T, Steps: n, Devices: j.devs, Comm: j.l.comm(), FastMath: f.fastMath, Workers: f.threads,
 		Checkpoint: f.gradCkpt || plan.ActivationCheckpointing.Present || j.fp.ActivationCkpt, CPUCheckpoint: plan.ActivationCheckpointing.CPUCheckpointing,
 		KeepAfterForward: j.fp.KeepAfterForward, WrapMinNumParams: j.fp.WrapMinNumParams,
 		SaveDir: f.saveDir, SaveInterval: f.saveEvery, SaveAsync: f.saveAsync, LoadDir: f.loadDir, Timeout: f.commTimeout,
@@ -174,11 +174,12 @@ func (j *trainJob) stepLine(r train.Record, el time.Duration, ran int) {
 func (j *trainJob) report(res trainResult) error {
 	stdout := j.stdout
 	if res.saveModel != "" && j.l.lead() {
-		what, err := "model.safetensors + config.json", error(nil)
-		if res.modelFrom != "" {
-			err = writeSaveModel(res.saveModel, res.modelFrom, j.mcfg, j.f.modelArg)
+		var what string
+		var err error
+		if cs, ok := j.m.(checkpointSaver); ok && res.modelFrom != "" {
+			what, err = cs.SaveModelFrom(res.saveModel, res.modelFrom)
 		} else {
-			what, err = j.saveModel(res.saveModel, res.final)
+			what, err = j.m.SaveModel(res.saveModel, res.final)
 		}
 		if err != nil {
 			return fmt.Errorf("--save-model: %w", err)
