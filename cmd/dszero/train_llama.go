@@ -11,7 +11,6 @@ import (
 
 	"github.com/dszero/dszero/data"
 	"github.com/dszero/dszero/model"
-	"github.com/dszero/dszero/model/gpt"
 	"github.com/dszero/dszero/model/llama"
 	"github.com/dszero/dszero/tokenizer"
 	"github.com/dszero/dszero/train"
@@ -42,14 +41,16 @@ func registerLlamaFlags(fs *flag.FlagSet, f *llamaFlags) {
 
 // llamaJob is what dszero train holds for a Llama-family model: its
 // configuration, the checkpoint directory it came from and that
-// directory's open weights (each rank reads only its slices), and with
-// --data records the fine-tuning set.
+// directory's open weights (each rank reads only its slices).
 type llamaJob struct {
-	cfg     llama.Config
-	dir     string         // the Hugging Face directory; "" for a preset
-	weights *llama.Weights // dir's weights
-	sft     *data.SFTData  // --data records
+	cfg      llama.Config
+	dir      string         // the Hugging Face directory; "" for a preset
+	weights  *llama.Weights // dir's weights
+	maxShard string         // --max-shard-size
+	dtype    string         // the ds_config's precision, which --save-model writes
 }
+
+var _ trainModel = (*llamaJob)(nil)
 
 // peekModelType is config.json's model_type ("" when the file has none).
 func peekModelType(path string) (string, error) {
@@ -124,7 +125,8 @@ func (j *trainJob) loadLlama() (bool, error) {
 	if err := checkWrapClasses(j.fp.WrapClasses, cfg.Family); err != nil {
 		return true, err
 	}
-	j.lm = &llamaJob{cfg: cfg}
+	lm := &llamaJob{cfg: cfg, maxShard: j.f.llama.maxShard, dtype: j.plan.Precision.DType}
+	j.m = lm
 	if dir == "" {
 		return true, nil
 	}
@@ -133,7 +135,7 @@ func (j *trainJob) loadLlama() (bool, error) {
 		return true, fmt.Errorf("--model %s: %w", arg, err)
 	}
 	j.closers = append(j.closers, func() { w.Close() })
-	j.lm = &llamaJob{cfg: w.Config(), dir: dir, weights: w}
+	lm.cfg, lm.dir, lm.weights = w.Config(), dir, w
 	return true, nil
 }
 
@@ -157,71 +159,35 @@ func checkWrapClasses(classes []string, fam llama.Family) error {
 	return nil
 }
 
-// loadModel is --model: a preset, or a Hugging Face directory (GPT-2 or
-// the Llama family) whose weights every rank reads only what it holds of.
-func (j *trainJob) loadModel() error {
-	if ok, err := j.loadLlama(); ok {
-		return err
+func (l *llamaJob) Builder() model.Builder      { return l.cfg }
+func (l *llamaJob) Shape() (vocab, context int) { return l.cfg.Vocab, l.cfg.MaxSeq() }
+func (l *llamaJob) NumParams() int              { return l.cfg.NumParams() }
+
+func (l *llamaJob) InitRange() func([]float32, int) error {
+	if l.weights == nil {
+		return nil
 	}
-	err := j.loadGPT()
-	if st, serr := os.Stat(j.f.modelArg); err != nil && (serr != nil || !st.IsDir()) {
-		return fmt.Errorf("%w; the Llama family's presets: %s", err, strings.Join(llama.PresetNames(), ", "))
-	}
-	return err
+	return l.weights.ReadRange
 }
 
-// modelShape is the model's vocabulary and context, whichever family.
-func (j *trainJob) modelShape() (vocab, context int) {
-	if j.lm != nil {
-		return j.lm.cfg.Vocab, j.lm.cfg.MaxSeq()
-	}
-	return j.mcfg.Vocab, j.mcfg.Context
-}
-
-// builder is the model train.Run builds on each rank.
-func (j *trainJob) builder() model.Builder {
-	if j.lm != nil {
-		return j.lm.cfg
-	}
-	return j.mcfg
-}
-
-// numParams is the model's parameter count.
-func (j *trainJob) numParams() int {
-	if j.lm != nil {
-		return j.lm.cfg.NumParams()
-	}
-	return j.mcfg.NumParams()
-}
-
-// initRange reads the initial weights by range from --model DIR; nil
-// draws them from --seed.
-func (j *trainJob) initRange() func([]float32, int) error {
-	switch {
-	case j.lm != nil && j.lm.weights != nil:
-		return j.lm.weights.ReadRange
-	case j.lm == nil && j.weights != nil:
-		return j.weights.ReadRange
-	}
-	return nil
-}
+func (l *llamaJob) RecordsTokenizer() (string, error) { return l.dir, nil }
 
 // loadRecords is --data for fine-tuning records (JSON, JSON Lines,
 // Parquet) of a Llama-family model: tokenized with --tokenizer (or the
 // model directory's tokenizer.json and chat template), masked to the
 // responses and cut into rows of --seq tokens.
 func (j *trainJob) loadRecords() error {
-	f, lm := j.f, j.lm
-	if lm == nil {
-		return fmt.Errorf("--data %s: fine-tuning records (JSON, JSON Lines, Parquet) train a Llama-family model (--model %s or a directory with model_type %s); a GPT trains on text or a nanoGPT .bin",
-			f.dataPath, strings.Join(llama.PresetNames(), ", "), strings.Join(llamaModelTypes, ", "))
+	f := j.f
+	dir, err := j.m.RecordsTokenizer()
+	if err != nil {
+		return fmt.Errorf("--data %s: %w", f.dataPath, err)
 	}
 	src := f.llama.tokenizer
 	if src == "" {
-		if lm.dir == "" {
+		if dir == "" {
 			return fmt.Errorf("--data %s: records are tokenized with the model's tokenizer, and the preset %s has none: give --tokenizer DIR (a directory with tokenizer.json), or --model a Hugging Face directory", f.dataPath, f.modelArg)
 		}
-		src = lm.dir
+		src = dir
 	}
 	tok, err := tokenizer.Load(src)
 	if err != nil {
@@ -232,10 +198,10 @@ func (j *trainJob) loadRecords() error {
 	if err != nil {
 		return err
 	}
-	if int(d.MaxID) >= lm.cfg.Vocab {
-		return fmt.Errorf("--data %s: the tokenizer %s gives token ids up to %d but the model's vocabulary is %d; give the model's own tokenizer", f.dataPath, tok.Source(), d.MaxID, lm.cfg.Vocab)
+	if vocab, _ := j.m.Shape(); int(d.MaxID) >= vocab {
+		return fmt.Errorf("--data %s: the tokenizer %s gives token ids up to %d but the model's vocabulary is %d; give the model's own tokenizer", f.dataPath, tok.Source(), d.MaxID, vocab)
 	}
-	lm.sft = d
+	j.sft = d
 	fmt.Fprintf(j.diagw, "dszero train: %s\n", d.Stats.Describe(j.T))
 	return nil
 }
@@ -243,7 +209,7 @@ func (j *trainJob) loadRecords() error {
 // batches are the micro-batches train.Run reads: the fine-tuning rows,
 // or the corpus's windows.
 func (j *trainJob) batches() (train.Batches, error) {
-	if j.lm == nil || j.lm.sft == nil {
+	if j.sft == nil {
 		return train.Tokens(j.loader, j.T), nil
 	}
 	// Under Ulysses the loop reads data-parallel shard r/sp for rank r.
@@ -254,7 +220,7 @@ func (j *trainJob) batches() (train.Batches, error) {
 		if sb.loaders[r/sp] != nil {
 			continue
 		}
-		ld, err := data.NewSFTLoader(j.lm.sft, l, true, j.f.seed)
+		ld, err := data.NewSFTLoader(j.sft, l, true, j.f.seed)
 		if err != nil {
 			return nil, err
 		}
@@ -286,30 +252,27 @@ func (s *sftBatches) Batch(step, micro, rank int, b *model.Batch) error {
 
 // dataName is what the run's header calls the data, and its tokens.
 func (j *trainJob) dataName() (string, int64) {
-	if j.lm != nil && j.lm.sft != nil {
-		return j.f.dataPath, j.lm.sft.Stats.Tokens
+	if j.sft != nil {
+		return j.f.dataPath, j.sft.Stats.Tokens
 	}
 	return j.corpus.Name, int64(j.corpus.Len())
 }
 
-// saveModel writes the final weights as a Hugging Face directory:
-// transformers' layout for the Llama family (config.json,
-// generation_config.json, the weights sharded above --max-shard-size,
-// the source directory's tokenizer files), or GPT-2's.
-func (j *trainJob) saveModel(dir string, final []float32) (string, error) {
-	if j.lm == nil {
-		return "model.safetensors + config.json", gpt.SaveDir(dir, j.mcfg, final)
-	}
-	maxShard, err := parseShardSize(j.f.llama.maxShard)
+// SaveModel writes transformers' layout for the Llama family:
+// config.json, generation_config.json, the weights sharded above
+// --max-shard-size in the ds_config's precision, the source directory's
+// tokenizer files.
+func (l *llamaJob) SaveModel(dir string, final []float32) (string, error) {
+	maxShard, err := parseShardSize(l.maxShard)
 	if err != nil {
 		return "", err
 	}
-	opt := llama.SaveOptions{DType: torchDTypeOf(j.plan.Precision.DType), MaxShardBytes: maxShard, Source: j.lm.dir}
+	opt := llama.SaveOptions{DType: torchDTypeOf(l.dtype), MaxShardBytes: maxShard, Source: l.dir}
 	read := func(dst []float32, lo int) error { copy(dst, final[lo:]); return nil }
-	if err := llama.SaveDir(dir, j.lm.cfg, read, opt); err != nil {
+	if err := llama.SaveDir(dir, l.cfg, read, opt); err != nil {
 		return "", err
 	}
-	return "a Hugging Face " + j.lm.cfg.Family.Architecture() + " directory, " + opt.DType, nil
+	return "a Hugging Face " + l.cfg.Family.Architecture() + " directory, " + opt.DType, nil
 }
 
 // torchDTypeOf is the torch dtype a model trained in a ds_config's

@@ -34,118 +34,169 @@ type trainResult struct {
 func (j *trainJob) train() (trainResult, error) {
 	f, plan := j.f, j.plan
 	var res trainResult
-	var logw *json.Encoder
-	if f.jsonLog != "" && j.l.lead() {
-		lf, err := os.Create(f.jsonLog)
-		if err != nil {
-			return res, fmt.Errorf("--json-log: %w", err)
-		}
-		j.closers = append(j.closers, func() { lf.Close() })
-		logw = json.NewEncoder(lf)
+	out := &stepSink{j: j, res: &res}
+	var err error
+	if out.log, err = j.openJSONLog(); err != nil {
+		return res, err
 	}
-	stdout, n := j.stdout, j.steps
-	dname, dtokens := j.dataName()
-	fmt.Fprintf(stdout, "dszero: %s | model %s (%s parameters) | data %s (%d tokens)\n", j.name, f.modelArg, paramCount(j.numParams()), dname, dtokens)
-	steps := plural(n, "step")
-	if f.loadDir != "" {
-		steps = fmt.Sprintf("to step %d, resuming", n)
-	}
-	fmt.Fprintf(stdout, "        %s | batch %d × %d tokens × %d accumulation | %s | matmul: %s\n",
-		summary(plan), j.B, j.T, j.gas, steps, j.engine.Description())
-	// A bar on a terminal; elsewhere (a log file, a pipe) its \r frames
-	// would pile up, and the step lines below are the progress.
-	var bar *progressbar.ProgressBar
-	if !f.quiet && isTerminal(j.stderr) {
-		bar = progressbar.NewOptions(n, progressbar.OptionSetWriter(j.stderr), progressbar.OptionSetDescription("training"),
-			progressbar.OptionShowCount(), progressbar.OptionThrottle(200*time.Millisecond), progressbar.OptionClearOnFinish())
-	}
-	if f.cpuProfile != "" {
-		pf, err := os.Create(f.cpuProfile)
-		if err != nil {
-			return res, fmt.Errorf("--cpuprofile: %w", err)
-		}
-		if err := pprof.StartCPUProfile(pf); err != nil {
-			return res, fmt.Errorf("--cpuprofile: %w", err)
-		}
-		j.closers = append(j.closers, func() { pprof.StopCPUProfile(); pf.Close() })
+	j.header()
+	out.bar = j.progressBar()
+	if err := j.startCPUProfile(); err != nil {
+		return res, err
 	}
 	batches, err := j.batches()
 	if err != nil {
 		return res, err
 	}
-	// The consolidated weights (FSDP's FULL_STATE_DICT, DeepSpeed's
-	// stage3_gather_16bit_weights_on_model_save) go beside the checkpoints.
-	res.saveModel = f.saveModel
-	if res.saveModel == "" && f.saveDir != "" && (j.fp.StateDict == fsdpconfig.FullStateDict || plan.Zero.Stage == 3 && plan.Zero.Gather16BitWeightsOnModelSave) {
-		res.saveModel = filepath.Join(f.saveDir, "consolidated")
-	}
-	mon, err := j.openMonitors() // monitors.go
-	if err != nil {
+	res.saveModel = j.consolidatedDir()
+	if out.mon, err = j.openMonitors(); err != nil { // monitors.go
 		return res, err
 	}
-	var layout *trainerLayout
 	if f.trainer.outputDir != "" {
-		var err error
-		if layout, err = newTrainerLayout(f.trainer, f.seed, n, f.saveEvery, j.B, j.epochs(batches), stdout); err != nil {
+		if out.layout, err = newTrainerLayout(f.trainer, f.seed, j.steps, f.saveEvery, j.B, j.epochs(batches), j.stdout); err != nil {
 			return res, err
 		}
 	}
-	if f.trainer.outputDir == "" && j.lm == nil && streamsSaveModel(res.saveModel, f.saveDir) { // the GPT's, streamed from the last checkpoint
-		res.modelFrom = f.saveDir
+	if _, ok := j.m.(checkpointSaver); ok && f.trainer.outputDir == "" && streamsSaveModel(res.saveModel, f.saveDir) {
+		res.modelFrom = f.saveDir // streamed from the last checkpoint
 	}
-	start := time.Now()
-	final, err := train.Run(train.Config{Layout: saveLayout(layout), Format: stateFormat(f, j.fp), Plan: plan, Model: j.builder(), InitRange: j.initRange(), Seed: f.seed, ReturnParams: res.saveModel != "" && res.modelFrom == "", Batches: batches, SeqLen: j.T, Steps: n, Devices: j.devs, Comm: j.l.comm(), FastMath: f.fastMath, Workers: f.threads,
+	out.start = time.Now()
+	final, err := train.Run(train.Config{Layout: saveLayout(out.layout), Format: stateFormat(f, j.fp), Plan: plan, Model: j.m.Builder(), InitRange: j.m.InitRange(), Seed: f.seed, ReturnParams: res.saveModel != "" && res.modelFrom == "", Batches: batches, SeqLen: j.T, Steps: j.steps, Devices: j.devs, Comm: j.l.comm(), FastMath: f.fastMath, Workers: f.threads,
 		Checkpoint: f.gradCkpt || plan.ActivationCheckpointing.Present || j.fp.ActivationCkpt, CPUCheckpoint: plan.ActivationCheckpointing.CPUCheckpointing,
 		KeepAfterForward: j.fp.KeepAfterForward, WrapMinNumParams: j.fp.WrapMinNumParams,
 		SaveDir: f.saveDir, SaveInterval: f.saveEvery, SaveAsync: f.saveAsync, LoadDir: f.loadDir, Timeout: f.commTimeout,
-		OnCheckpoint: func(ev train.CheckpointEvent) {
-			if bar != nil {
-				bar.Clear()
-			}
-			if !ev.Saved {
-				res.resumedAt = ev.Step
-				if bar != nil {
-					bar.ChangeMax(max(0, n-int(ev.Step)))
-				}
-				fmt.Fprintf(stdout, "resumed from %s (step %d)\n", ev.Path(), ev.Step)
-				return
-			}
-			fmt.Fprintf(stdout, "saved %s (%s, %.2f s)\n", ev.Path(), mem.FormatBytes(dirSize(ev.Path())), ev.Elapsed.Seconds())
-		},
-		Warn: func(msg string) { fmt.Fprintf(j.stderr, "dszero train: warning: %s\n", msg) }, Stdout: stdout},
-		func(r train.Record) error {
-			if layout != nil {
-				layout.log(r)
-			}
-			if res.ran == 0 {
-				res.first = r
-			}
-			res.last = r
-			res.ran++
-			if bar != nil {
-				bar.Add(1)
-			}
-			if err := mon.write(r); err != nil {
-				return err
-			}
-			if logw != nil {
-				if err := logw.Encode(r); err != nil {
-					return fmt.Errorf("--json-log: %w", err)
-				}
-			}
-			if every := plan.StepsPerPrint; every > 0 && r.Step%every == 0 || res.ran == 1 || int(r.Step) == n {
-				if bar != nil {
-					bar.Clear()
-				}
-				j.stepLine(r, time.Since(start), res.ran)
-			}
-			return nil
-		})
-	if bar != nil {
-		bar.Finish()
+		OnCheckpoint: out.checkpoint,
+		Warn:         func(msg string) { fmt.Fprintf(j.stderr, "dszero train: warning: %s\n", msg) }, Stdout: j.stdout},
+		out.record)
+	if out.bar != nil {
+		out.bar.Finish()
 	}
-	res.final, res.elapsed = final, time.Since(start)
+	res.final, res.elapsed = final, time.Since(out.start)
 	return res, err
+}
+
+// openJSONLog opens --json-log (on the lead process only): nil without.
+func (j *trainJob) openJSONLog() (*json.Encoder, error) {
+	if j.f.jsonLog == "" || !j.l.lead() {
+		return nil, nil
+	}
+	lf, err := os.Create(j.f.jsonLog)
+	if err != nil {
+		return nil, fmt.Errorf("--json-log: %w", err)
+	}
+	j.closers = append(j.closers, func() { lf.Close() })
+	return json.NewEncoder(lf), nil
+}
+
+// header prints the run's first two lines: the config, model and data;
+// the plan's summary, the batch, the steps and the matmul.
+func (j *trainJob) header() {
+	f, stdout, n := j.f, j.stdout, j.steps
+	dname, dtokens := j.dataName()
+	fmt.Fprintf(stdout, "dszero: %s | model %s (%s parameters) | data %s (%d tokens)\n", j.name, f.modelArg, paramCount(j.m.NumParams()), dname, dtokens)
+	steps := plural(n, "step")
+	if f.loadDir != "" {
+		steps = fmt.Sprintf("to step %d, resuming", n)
+	}
+	fmt.Fprintf(stdout, "        %s | batch %d × %d tokens × %d accumulation | %s | matmul: %s\n",
+		summary(j.plan), j.B, j.T, j.gas, steps, j.engine.Description())
+}
+
+// progressBar is a bar on a terminal; nil elsewhere (a log file, a pipe),
+// where its \r frames would pile up and the step lines are the progress.
+func (j *trainJob) progressBar() *progressbar.ProgressBar {
+	if j.f.quiet || !isTerminal(j.stderr) {
+		return nil
+	}
+	return progressbar.NewOptions(j.steps, progressbar.OptionSetWriter(j.stderr), progressbar.OptionSetDescription("training"),
+		progressbar.OptionShowCount(), progressbar.OptionThrottle(200*time.Millisecond), progressbar.OptionClearOnFinish())
+}
+
+// startCPUProfile starts --cpuprofile; close stops it.
+func (j *trainJob) startCPUProfile() error {
+	if j.f.cpuProfile == "" {
+		return nil
+	}
+	pf, err := os.Create(j.f.cpuProfile)
+	if err != nil {
+		return fmt.Errorf("--cpuprofile: %w", err)
+	}
+	if err := pprof.StartCPUProfile(pf); err != nil {
+		return fmt.Errorf("--cpuprofile: %w", err)
+	}
+	j.closers = append(j.closers, func() { pprof.StopCPUProfile(); pf.Close() })
+	return nil
+}
+
+// consolidatedDir is where the consolidated final weights go: --save-model,
+// else beside the checkpoints when FSDP's FULL_STATE_DICT or DeepSpeed's
+// stage3_gather_16bit_weights_on_model_save asks for them; "" for none.
+func (j *trainJob) consolidatedDir() string {
+	f, plan := j.f, j.plan
+	if f.saveModel == "" && f.saveDir != "" && (j.fp.StateDict == fsdpconfig.FullStateDict || plan.Zero.Stage == 3 && plan.Zero.Gather16BitWeightsOnModelSave) {
+		return filepath.Join(f.saveDir, "consolidated")
+	}
+	return f.saveModel
+}
+
+// stepSink is where the lead's records and checkpoint events go while
+// training: the Trainer's log history, the progress bar, the monitors,
+// --json-log and a step line every steps_per_print steps.
+type stepSink struct {
+	j      *trainJob
+	res    *trainResult
+	log    *json.Encoder // --json-log; nil without
+	bar    *progressbar.ProgressBar
+	mon    *stepMonitor
+	layout *trainerLayout // --output_dir's; nil without
+	start  time.Time
+}
+
+// record takes one step's record (train.Run's onStep).
+func (s *stepSink) record(r train.Record) error {
+	res := s.res
+	if s.layout != nil {
+		s.layout.log(r)
+	}
+	if res.ran == 0 {
+		res.first = r
+	}
+	res.last = r
+	res.ran++
+	if s.bar != nil {
+		s.bar.Add(1)
+	}
+	if err := s.mon.write(r); err != nil {
+		return err
+	}
+	if s.log != nil {
+		if err := s.log.Encode(r); err != nil {
+			return fmt.Errorf("--json-log: %w", err)
+		}
+	}
+	if every := s.j.plan.StepsPerPrint; every > 0 && r.Step%every == 0 || res.ran == 1 || int(r.Step) == s.j.steps {
+		if s.bar != nil {
+			s.bar.Clear()
+		}
+		s.j.stepLine(r, time.Since(s.start), res.ran)
+	}
+	return nil
+}
+
+// checkpoint prints a checkpoint saved, or the one resumed from.
+func (s *stepSink) checkpoint(ev train.CheckpointEvent) {
+	if s.bar != nil {
+		s.bar.Clear()
+	}
+	if !ev.Saved {
+		s.res.resumedAt = ev.Step
+		if s.bar != nil {
+			s.bar.ChangeMax(max(0, s.j.steps-int(ev.Step)))
+		}
+		fmt.Fprintf(s.j.stdout, "resumed from %s (step %d)\n", ev.Path(), ev.Step)
+		return
+	}
+	fmt.Fprintf(s.j.stdout, "saved %s (%s, %.2f s)\n", ev.Path(), mem.FormatBytes(dirSize(ev.Path())), ev.Elapsed.Seconds())
 }
 
 // stepLine is the line printed every steps_per_print steps, ran steps
@@ -174,11 +225,12 @@ func (j *trainJob) stepLine(r train.Record, el time.Duration, ran int) {
 func (j *trainJob) report(res trainResult) error {
 	stdout := j.stdout
 	if res.saveModel != "" && j.l.lead() {
-		what, err := "model.safetensors + config.json", error(nil)
-		if res.modelFrom != "" {
-			err = writeSaveModel(res.saveModel, res.modelFrom, j.mcfg, j.f.modelArg)
+		var what string
+		var err error
+		if cs, ok := j.m.(checkpointSaver); ok && res.modelFrom != "" {
+			what, err = cs.SaveModelFrom(res.saveModel, res.modelFrom)
 		} else {
-			what, err = j.saveModel(res.saveModel, res.final)
+			what, err = j.m.SaveModel(res.saveModel, res.final)
 		}
 		if err != nil {
 			return fmt.Errorf("--save-model: %w", err)

@@ -13,7 +13,6 @@ import (
 	"github.com/dszero/dszero/dsconfig"
 	"github.com/dszero/dszero/fsdpconfig"
 	"github.com/dszero/dszero/mem"
-	"github.com/dszero/dszero/model/gpt"
 	"github.com/dszero/dszero/train"
 )
 
@@ -38,13 +37,12 @@ type trainJob struct {
 	devs   []train.Device
 	accts  []*mem.Accountant
 	// model
-	mcfg    gpt.Config
-	weights *gpt.Weights // --model DIR: every rank reads only what it holds
-	lm      *llamaJob    // a Llama-family model instead (train_llama.go)
+	m trainModel // gptJob or llamaJob (train_model.go)
 	// data
 	corpus    *data.Corpus
-	T, B, gas int // tokens per sample, micro-batch, accumulation steps
-	steps     int // the optimizer steps to train to
+	sft       *data.SFTData // --data records, instead of a corpus
+	T, B, gas int           // tokens per sample, micro-batch, accumulation steps
+	steps     int           // the optimizer steps to train to
 	loader    *data.Loader
 	closers   []func()
 }
@@ -125,32 +123,11 @@ func (j *trainJob) newRanks() error {
 	return nil
 }
 
-// loadGPT is --model for a GPT: a preset, or a Hugging Face GPT-2
-// directory whose weights every rank reads only what it holds of.
-func (j *trainJob) loadGPT() error {
-	arg := j.f.modelArg
-	st, err := os.Stat(arg)
-	if err != nil || !st.IsDir() {
-		if j.mcfg, err = gpt.Preset(arg); err != nil {
-			return fmt.Errorf("--model: %w (or give a directory with config.json and model.safetensors)", err)
-		}
-		return nil
-	}
-	if j.mcfg, err = gpt.ReadConfig(filepath.Join(arg, "config.json")); err == nil {
-		j.weights, err = gpt.OpenWeights(filepath.Join(arg, "model.safetensors"), j.mcfg)
-	}
-	if err != nil {
-		return fmt.Errorf("--model %s: %w", arg, err)
-	}
-	j.closers = append(j.closers, func() { j.weights.Close() })
-	return nil
-}
-
 // loadData is --data, --seq and the step count: the corpus and the loader
 // that hands each rank its micro-batches.
 func (j *trainJob) loadData() error {
 	f := j.f
-	vocab, context := j.modelShape()
+	vocab, context := j.m.Shape()
 	j.T = f.seq
 	if j.T == 0 {
 		j.T = min(context, 128)

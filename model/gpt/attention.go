@@ -100,7 +100,7 @@ type attnJob struct {
 	attnShape
 }
 
-func (j *attnJob) runRange(lo, hi int) {
+func (j *attnJob) RunRange(lo, hi int) {
 	if j.bf16 {
 		j.runRangeBF16(lo, hi)
 		return
@@ -209,7 +209,7 @@ func (m *Model) attentionForward(out, att, qkv, scratch []float32, B, T int) {
 		return
 	}
 	m.jobs.attn = attnJob{out: out, att: att, qkv: qkv, attnShape: m.attnShape(T, scratch)}
-	m.pool.run(B*m.cfg.Heads, 1, &m.jobs.attn)
+	m.pool.Run(B*m.cfg.Heads, 1, &m.jobs.attn)
 	m.jobs.attn = attnJob{}
 }
 
@@ -223,7 +223,7 @@ type attnBackJob struct {
 	attnShape
 }
 
-func (j *attnBackJob) runRange(lo, hi int) {
+func (j *attnBackJob) RunRange(lo, hi int) {
 	if j.bf16 {
 		j.runRangeBF16(lo, hi)
 		return
@@ -353,6 +353,6 @@ func (m *Model) attentionBackward(dqkv, datt, dout, qkv, att, scratch []float32,
 		return
 	}
 	m.jobs.attnB = attnBackJob{dqkv: dqkv, datt: datt, dout: dout, qkv: qkv, att: att, attnShape: m.attnShape(T, scratch)}
-	m.pool.run(B*m.cfg.Heads, 1, &m.jobs.attnB)
+	m.pool.Run(B*m.cfg.Heads, 1, &m.jobs.attnB)
 	m.jobs.attnB = attnBackJob{}
 }

@@ -289,7 +289,7 @@ const (
 	mmWeight         // out (OC, IC) = doutᵀ · inp, summed over the N rows
 )
 
-func (j *mmJob) runRange(lo, hi int) {
+func (j *mmJob) RunRange(lo, hi int) {
 	IC, OC := j.IC, j.OC
 	switch j.kind {
 	case mmForward:
@@ -335,17 +335,17 @@ func (j *mmJob) runRange(lo, hi int) {
 // matmulForwardBF16 is matmulForward in the bf16 kernel's order.
 func (m *Model) matmulForwardBF16(out, inp, w, bias []float32, N, IC, OC int) {
 	m.jobs.mm = mmJob{out: out, inp: inp, w: w, bias: bias, N: N, IC: IC, OC: OC, kind: mmForward}
-	m.pool.run(N, 8, &m.jobs.mm)
+	m.pool.Run(N, 8, &m.jobs.mm)
 	m.jobs.mm = mmJob{}
 }
 
 // matmulBackwardBF16 is matmulBackward in the bf16 kernel's order.
 func (m *Model) matmulBackwardBF16(dinp, dw, dbias, dout, inp, w []float32, N, IC, OC int) {
 	m.jobs.mm = mmJob{out: dinp, dout: dout, w: w, N: N, IC: IC, OC: OC, kind: mmInput}
-	m.pool.run(N, 8, &m.jobs.mm)
+	m.pool.Run(N, 8, &m.jobs.mm)
 	dst := m.gradOut(dw)
 	m.jobs.mm = mmJob{out: dst, dout: dout, inp: inp, N: N, IC: IC, OC: OC, kind: mmWeight}
-	m.pool.run(OC, 8, &m.jobs.mm)
+	m.pool.Run(OC, 8, &m.jobs.mm)
 	m.jobs.mm = mmJob{}
 	m.gradCommit(dw, dst)
 	if dbias != nil {

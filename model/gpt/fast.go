@@ -92,7 +92,7 @@ func (m *Model) matmulBackwardFast(dinp, dw, dbias, dout, inp, w []float32, N, I
 	if dbias != nil {
 		acc := m.colAcc[:OC]
 		m.jobs.fast.cols = colSumJob{acc: acc, x: dout, N: N, W: OC}
-		m.pool.run(OC, 64, &m.jobs.fast.cols)
+		m.pool.Run(OC, 64, &m.jobs.fast.cols)
 		m.jobs.fast.cols = colSumJob{}
 		m.addColumnSums(dbias, acc)
 	}
@@ -106,7 +106,7 @@ type colSumJob struct {
 	N, W int
 }
 
-func (j *colSumJob) runRange(lo, hi int) {
+func (j *colSumJob) RunRange(lo, hi int) {
 	acc := j.acc[lo:hi]
 	clear(acc)
 	for r := range j.N {
@@ -120,7 +120,7 @@ func (j *colSumJob) runRange(lo, hi int) {
 // Linear's product without its bias.
 func (m *Model) biasResidual(out, x, bias []float32, N, C int) {
 	m.jobs.fast.bres = biasResJob{out: out, x: x, bias: bias, C: C}
-	m.pool.run(N, max(1, 4096/C), &m.jobs.fast.bres)
+	m.pool.Run(N, max(1, 4096/C), &m.jobs.fast.bres)
 	m.jobs.fast.bres = biasResJob{}
 }
 
@@ -129,7 +129,7 @@ type biasResJob struct {
 	C            int
 }
 
-func (j *biasResJob) runRange(lo, hi int) {
+func (j *biasResJob) RunRange(lo, hi int) {
 	C := j.C
 	for r := lo; r < hi; r++ {
 		o, x := j.out[r*C:][:C], j.x[r*C:][:C]
@@ -142,7 +142,7 @@ func (j *biasResJob) runRange(lo, hi int) {
 // biasGelu: pre += bias per row, then act = gelu(pre), pre and act (N, M).
 func (m *Model) biasGelu(pre, act, bias []float32, N, M int) {
 	m.jobs.fast.bgelu = biasGeluJob{pre: pre, act: act, bias: bias, M: M}
-	m.pool.run(N, max(1, 4096/M), &m.jobs.fast.bgelu)
+	m.pool.Run(N, max(1, 4096/M), &m.jobs.fast.bgelu)
 	m.jobs.fast.bgelu = biasGeluJob{}
 }
 
@@ -151,7 +151,7 @@ type biasGeluJob struct {
 	M              int
 }
 
-func (j *biasGeluJob) runRange(lo, hi int) {
+func (j *biasGeluJob) RunRange(lo, hi int) {
 	M := j.M
 	for r := lo; r < hi; r++ {
 		p, a := j.pre[r*M:][:M], j.act[r*M:][:M]
@@ -179,7 +179,7 @@ func geluBackFast(dout, x float32) float32 {
 // layernormForwardFast is layernormForward with the rows on the pool.
 func (m *Model) layernormForwardFast(out, mean, rstd, inp, w, b []float32, N int) {
 	m.jobs.fast.ln = lnJob{out: out, mean: mean, rstd: rstd, inp: inp, w: w, b: b, C: m.cfg.Dim, eps: m.cfg.Eps}
-	m.pool.run(N, max(1, 2048/m.cfg.Dim), &m.jobs.fast.ln)
+	m.pool.Run(N, max(1, 2048/m.cfg.Dim), &m.jobs.fast.ln)
 	m.jobs.fast.ln = lnJob{}
 }
 
@@ -189,7 +189,7 @@ type lnJob struct {
 	eps                        float32
 }
 
-func (j *lnJob) runRange(lo, hi int) {
+func (j *lnJob) RunRange(lo, hi int) {
 	C := j.C
 	for r := lo; r < hi; r++ {
 		x := j.inp[r*C:][:C]
@@ -220,11 +220,11 @@ func (j *lnJob) runRange(lo, hi int) {
 func (m *Model) layernormBackwardFast(dinp []float32, add bool, dw, db, dout, inp, w, mean, rstd []float32, N int) {
 	C := m.cfg.Dim
 	m.jobs.fast.lnBack = lnBackJob{dinp: dinp, dout: dout, inp: inp, w: w, mean: mean, rstd: rstd, C: C, add: add}
-	m.pool.run(N, max(1, 2048/C), &m.jobs.fast.lnBack)
+	m.pool.Run(N, max(1, 2048/C), &m.jobs.fast.lnBack)
 	m.jobs.fast.lnBack = lnBackJob{}
 	acc := m.colAcc[:2*C]
 	m.jobs.fast.lnCols = lnColsJob{accW: acc[:C], accB: acc[C:], dout: dout, inp: inp, mean: mean, rstd: rstd, N: N, C: C}
-	m.pool.run(C, 64, &m.jobs.fast.lnCols)
+	m.pool.Run(C, 64, &m.jobs.fast.lnCols)
 	m.jobs.fast.lnCols = lnColsJob{}
 	m.addColumnSums(dw, acc[:C])
 	m.addColumnSums(db, acc[C:])
@@ -236,7 +236,7 @@ type lnBackJob struct {
 	add                            bool
 }
 
-func (j *lnBackJob) runRange(lo, hi int) {
+func (j *lnBackJob) RunRange(lo, hi int) {
 	C := j.C
 	invC := 1 / float32(C)
 	w := j.w[:C]
@@ -271,7 +271,7 @@ type lnColsJob struct {
 	N, C                  int
 }
 
-func (j *lnColsJob) runRange(lo, hi int) {
+func (j *lnColsJob) RunRange(lo, hi int) {
 	C := j.C
 	accW, accB := j.accW[lo:hi], j.accB[lo:hi]
 	clear(accW)

@@ -39,7 +39,7 @@ func (m *Model) attentionForwardFast(out, att, qkv []float32, B, T int) {
 		}
 	}
 	m.jobs.fast.softmax = softmaxJob{att: att, T: T}
-	m.pool.run(B*NH*T, max(1, 4096/T), &m.jobs.fast.softmax)
+	m.pool.Run(B*NH*T, max(1, 4096/T), &m.jobs.fast.softmax)
 	m.jobs.fast.softmax = softmaxJob{}
 	for bh := range B * NH {
 		b, h := bh/NH, bh%NH
@@ -61,7 +61,7 @@ type softmaxJob struct {
 	T   int
 }
 
-func (j *softmaxJob) runRange(lo, hi int) {
+func (j *softmaxJob) RunRange(lo, hi int) {
 	T := j.T
 	for r := lo; r < hi; r++ {
 		row := j.att[r*T:][:T]
@@ -104,7 +104,7 @@ func (m *Model) attentionBackwardFast(dqkv, datt, dout, qkv, att []float32, B, T
 		}
 	}
 	m.jobs.fast.smBack = softmaxBackJob{att: att, datt: datt, T: T, scale: scale}
-	m.pool.run(B*NH*T, max(1, 4096/T), &m.jobs.fast.smBack)
+	m.pool.Run(B*NH*T, max(1, 4096/T), &m.jobs.fast.smBack)
 	m.jobs.fast.smBack = softmaxBackJob{}
 	for bh := range B * NH {
 		b, h := bh/NH, bh%NH
@@ -129,7 +129,7 @@ type softmaxBackJob struct {
 	scale     float32
 }
 
-func (j *softmaxBackJob) runRange(lo, hi int) {
+func (j *softmaxBackJob) RunRange(lo, hi int) {
 	T := j.T
 	for r := lo; r < hi; r++ {
 		n := r%T + 1

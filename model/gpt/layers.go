@@ -295,7 +295,7 @@ type geluJob struct {
 	backward, bf16, fast bool
 }
 
-func (j *geluJob) runRange(lo, hi int) {
+func (j *geluJob) RunRange(lo, hi int) {
 	if j.fast {
 		for i := lo; i < hi; i++ {
 			if j.backward {
@@ -335,7 +335,7 @@ func (j *geluJob) runRange(lo, hi int) {
 // geluForward: out = gelu(inp), elementwise, computed in float64.
 func (m *Model) geluForward(out, inp []float32) {
 	m.jobs.gelu = geluJob{out: out, inp: inp, bf16: m.bf16, fast: m.fast}
-	m.pool.run(len(out), 4096, &m.jobs.gelu)
+	m.pool.Run(len(out), 4096, &m.jobs.gelu)
 	m.jobs.gelu = geluJob{}
 	m.round(out)
 }
@@ -343,7 +343,7 @@ func (m *Model) geluForward(out, inp []float32) {
 // geluBackward: dinp = dout · gelu'(inp) (dinp may alias dout).
 func (m *Model) geluBackward(dinp, inp, dout []float32) {
 	m.jobs.gelu = geluJob{out: dinp, inp: inp, dout: dout, backward: true, bf16: m.bf16, fast: m.fast}
-	m.pool.run(len(dinp), 4096, &m.jobs.gelu)
+	m.pool.Run(len(dinp), 4096, &m.jobs.gelu)
 	m.jobs.gelu = geluJob{}
 	m.round(dinp)
 }
@@ -359,7 +359,7 @@ type ceJob struct {
 	fast                           bool // fastExp (Options.Fast)
 }
 
-func (j *ceJob) runRange(lo, hi int) {
+func (j *ceJob) RunRange(lo, hi int) {
 	V := j.V
 	for r := lo; r < hi; r++ {
 		x := j.logits[r*V:][:V]
@@ -427,7 +427,7 @@ func (j *ceJob) runRange(lo, hi int) {
 // count for the mean — or 0 when none does.
 func (m *Model) crossentropyForward(losses, lseMax, lseLog, logits []float32, targets []int32, N int, div float64) float32 {
 	m.jobs.ce = ceJob{logits: logits, lseMax: lseMax, lseLog: lseLog, losses: losses, targets: targets, V: m.cfg.Vocab, bf16: m.bf16, fast: m.fast}
-	m.pool.run(N, 1, &m.jobs.ce)
+	m.pool.Run(N, 1, &m.jobs.ce)
 	m.jobs.ce = ceJob{}
 	if div == 0 {
 		return 0
@@ -462,7 +462,7 @@ func lossDivisor(targets []int32, denom float64) float64 {
 // loss gradient of d per position (dlossScale/N for a mean).
 func (m *Model) crossentropyBackward(logits, lseMax, lseLog []float32, targets []int32, d float32, N int) {
 	m.jobs.ce = ceJob{logits: logits, lseMax: lseMax, lseLog: lseLog, targets: targets, V: m.cfg.Vocab, d: d, backward: true, bf16: m.bf16, fast: m.fast}
-	m.pool.run(N, 1, &m.jobs.ce)
+	m.pool.Run(N, 1, &m.jobs.ce)
 	m.jobs.ce = ceJob{}
 	m.round(logits[:N*m.cfg.Vocab])
 }

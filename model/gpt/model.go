@@ -9,6 +9,7 @@ import (
 	"github.com/dszero/dszero/comm"
 	"github.com/dszero/dszero/mem"
 	"github.com/dszero/dszero/model"
+	"github.com/dszero/dszero/model/internal/rangepool"
 )
 
 // Options are a Model's dependencies and switches.
@@ -73,7 +74,7 @@ type Model struct {
 	cfg    Config
 	layout model.Layout
 	opt    Options
-	pool   *pool
+	pool   *rangepool.Pool
 
 	params, grads []float32 // bound flat buffers, layout.Numel each
 	p, g          views     // named views of params and grads
@@ -159,7 +160,7 @@ func New(cfg Config, opt Options) (*Model, error) {
 	if w == 0 {
 		w = runtime.GOMAXPROCS(0)
 	}
-	m.pool = newPool(w)
+	m.pool = rangepool.New(w)
 	return m, nil
 }
 
@@ -238,7 +239,7 @@ func (m *Model) Close() {
 		m.sink.Scratch = nil
 	}
 	if m.pool != nil {
-		m.pool.close()
+		m.pool.Close()
 		m.pool = nil
 	}
 	m.state = idle

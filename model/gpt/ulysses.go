@@ -257,7 +257,7 @@ func (m *Model) spAttentionForward(i int, out, qkv []float32) {
 	u.seq2head(u.qkv[i], qkv, C, 3)
 	sh := m.spShape()
 	m.jobs.attn = attnJob{out: u.y, att: u.att[i], qkv: u.qkv[i], attnShape: sh}
-	m.pool.run(u.B*sh.NH, 1, &m.jobs.attn)
+	m.pool.Run(u.B*sh.NH, 1, &m.jobs.attn)
 	m.jobs.attn = attnJob{}
 	u.head2seq(out, u.y, C, 1)
 }
@@ -269,7 +269,7 @@ func (m *Model) spAttentionBackward(i int, dqkv, dout []float32) {
 	u.seq2head(u.y, dout, C, 1)
 	sh := m.spShape()
 	m.jobs.attnB = attnBackJob{dqkv: u.dqkv, datt: u.datt, dout: u.y, qkv: u.qkv[i], att: u.att[i], attnShape: sh}
-	m.pool.run(u.B*sh.NH, 1, &m.jobs.attnB)
+	m.pool.Run(u.B*sh.NH, 1, &m.jobs.attnB)
 	m.jobs.attnB = attnBackJob{}
 	u.head2seq(dqkv, u.dqkv, C, 3)
 }

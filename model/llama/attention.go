@@ -56,7 +56,7 @@ func (s *attnShape) visible(b, t int) int {
 	return lo
 }
 
-func (s *attnShape) runRange(lo, hi int) {
+func (s *attnShape) RunRange(lo, hi int) {
 	for bg := lo; bg < hi; bg++ {
 		b, g := bg/s.nKV, bg%s.nKV
 		if s.forward {

@@ -72,7 +72,7 @@ func (m *Model) layerForward(l int, x []float32, la *layerActs, out []float32) {
 	m.matmulForward(la.gate, la.xn2, p.gw, p.gb, N, H, I)
 	m.matmulForward(la.up, la.xn2, p.uw, p.ub, N, H, I)
 	m.jobs.swiglu = swigluJob{out: la.act, gate: la.gate, up: la.up}
-	m.pool.run(N*I, 4096, &m.jobs.swiglu)
+	m.pool.Run(N*I, 4096, &m.jobs.swiglu)
 	m.jobs.swiglu = swigluJob{}
 	m.round(la.act)
 	if out != nil {
@@ -90,7 +90,7 @@ func (m *Model) layerBackward(l int, x []float32, la *layerActs, dres []float32)
 	// MLP.
 	m.matmulBackward(a.dfc, g.dw, g.db, dres, la.act, p.dw, N, I, H)
 	m.jobs.swiglu = swigluJob{out: a.dfc, dgate: a.dfc2, da: a.dfc, gate: la.gate, up: la.up, backward: true}
-	m.pool.run(N*I, 4096, &m.jobs.swiglu)
+	m.pool.Run(N*I, 4096, &m.jobs.swiglu)
 	m.jobs.swiglu = swigluJob{}
 	m.round(a.dfc2) // d(gate)
 	m.round(a.dfc)  // d(up)
@@ -202,7 +202,7 @@ func (m *Model) attention(l int, la *layerActs, forward bool) {
 	} else {
 		s.y, s.dq, s.dk, s.dv, s.datt = a.dy, a.dq, a.dk, a.dv, a.datt
 	}
-	m.pool.run(a.B*c.KVHeads, 1, s)
+	m.pool.Run(a.B*c.KVHeads, 1, s)
 	*s = attnShape{}
 }
 
@@ -212,7 +212,7 @@ func (m *Model) attention(l int, la *layerActs, forward bool) {
 func (m *Model) crossentropyForward(lossDenom float64, N int) float32 {
 	a := &m.a
 	m.jobs.ce = ceRows{logits: a.logits, lseMax: a.lseMax, lseLog: a.lseLog, losses: a.losses, targets: a.targets, V: m.cfg.Vocab}
-	m.pool.run(N, 1, &m.jobs.ce)
+	m.pool.Run(N, 1, &m.jobs.ce)
 	m.jobs.ce = ceRows{}
 	var sum float64
 	a.counted = 0
@@ -237,7 +237,7 @@ func (m *Model) crossentropyForward(lossDenom float64, N int) float32 {
 func (m *Model) crossentropyBackward(d float32, N int) {
 	a := &m.a
 	m.jobs.ce = ceRows{logits: a.logits, lseMax: a.lseMax, lseLog: a.lseLog, targets: a.targets, V: m.cfg.Vocab, d: d, backward: true}
-	m.pool.run(N, 1, &m.jobs.ce)
+	m.pool.Run(N, 1, &m.jobs.ce)
 	m.jobs.ce = ceRows{}
 	m.round(a.logits[:N*m.cfg.Vocab])
 }

@@ -9,6 +9,7 @@ import (
 	"github.com/dszero/dszero/comm"
 	"github.com/dszero/dszero/mem"
 	"github.com/dszero/dszero/model"
+	"github.com/dszero/dszero/model/internal/rangepool"
 )
 
 // Options are a Model's dependencies and switches.
@@ -70,7 +71,7 @@ type Model struct {
 	cfg    Config
 	layout model.Layout
 	opt    Options
-	pool   *pool
+	pool   *rangepool.Pool
 
 	invFreq []float32 // (D/2) the rotary inverse frequencies
 	ropeMul float64   // attention scaling of cos and sin (yarn), else 1
@@ -153,7 +154,7 @@ func New(cfg Config, opt Options) (*Model, error) {
 	if w == 0 {
 		w = runtime.GOMAXPROCS(0)
 	}
-	m.pool = newPool(w)
+	m.pool = rangepool.New(w)
 	return m, nil
 }
 
@@ -212,7 +213,7 @@ func (m *Model) Close() {
 		}
 	}
 	if m.pool != nil {
-		m.pool.close()
+		m.pool.Close()
 		m.pool = nil
 	}
 	m.state = idle

@@ -121,7 +121,7 @@ type ceRows struct {
 	backward                       bool
 }
 
-func (j *ceRows) runRange(lo, hi int) {
+func (j *ceRows) RunRange(lo, hi int) {
 	V := j.V
 	for r := lo; r < hi; r++ {
 		x := j.logits[r*V:][:V]
@@ -164,7 +164,7 @@ type swigluJob struct {
 	backward                 bool
 }
 
-func (j *swigluJob) runRange(lo, hi int) {
+func (j *swigluJob) RunRange(lo, hi int) {
 	if j.backward {
 		swigluBackward(j.dgate[lo:hi], j.out[lo:hi], j.da[lo:hi], j.gate[lo:hi], j.up[lo:hi])
 		return

@@ -273,14 +273,14 @@ func (m *Model) spAttention(l int, la *layerActs, forward bool) {
 		u.seq2head(u.k[i], la.k, KV, D, u.nKVl, kvFirst)
 		u.seq2head(u.v[i], la.v, KV, D, u.nKVl, kvFirst)
 		s.y = u.y
-		m.pool.run(u.B*u.nKVl, 1, s)
+		m.pool.Run(u.B*u.nKVl, 1, s)
 		*s = attnShape{}
 		u.head2seq(la.y, u.y, Q, D, u.nHl, qFirst, false)
 		return
 	}
 	u.seq2head(u.y, a.dy, Q, D, u.nHl, qFirst)
 	s.y, s.dq, s.dk, s.dv, s.datt = u.y, u.dq, u.dk, u.dv, u.datt
-	m.pool.run(u.B*u.nKVl, 1, s)
+	m.pool.Run(u.B*u.nKVl, 1, s)
 	*s = attnShape{}
 	replicated := c.KVHeads < u.size
 	u.head2seq(a.dq, u.dq, Q, D, u.nHl, qFirst, false)
