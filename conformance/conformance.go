@@ -237,7 +237,7 @@ func Run(c Case) (rep Report) {
 		if err = model.ReadLayout(file, &a.layout, want); err == nil {
 			rep.WeightsFile = file
 			var mask []bool
-			if mask, err = a.noiseDriven(init, int(plan.Batch.TrainMicroBatchSizePerGPU), int(plan.Batch.GradientAccumulationSteps), rep.World); err == nil {
+			if mask, err = a.noiseDriven(init, int(plan.Batch.TrainMicroBatchSizePerGPU), int(plan.Batch.GradientAccumulationSteps), int(plan.DataParallelSize())); err == nil {
 				rep.Weights, rep.Noise = splitWeights(got.Final, want, init, mask, &a.layout, tol)
 			}
 		} else {
