@@ -203,11 +203,13 @@ def main(argv):
     with open(a.ds_config) as f:
         cfg = json.load(f)
     zo = cfg.get("zero_optimization", {})
-    if int(cfg.get("sequence_parallel_size", 1)) > 1 and zo.get("stage") == 3 and zo.get("reduce_scatter", True):
-        print("gen_case.py: note: ZeRO-3 with reduce_scatter (the default) averages the gradients over every rank, not "
-              "over rank/sequence_parallel_size as its other paths and stages 0-2 do (reduce_scatter_coalesced in "
-              "DeepSpeed 0.14.5): gradients and norms come out 1/sp of stage 0's; README.md, \"Sequence parallelism\"",
-              file=sys.stderr)
+    if int(cfg.get("sequence_parallel_size", 1)) > 1 and zo.get("stage") == 3 and (
+            zo.get("reduce_scatter", True) or not zo.get("contiguous_gradients", True)):
+        print("gen_case.py: note: with sequence parallelism ZeRO-3's reduce_scatter path (reduce_scatter true, the "
+              "default, or contiguous_gradients false) averages the gradients over every rank, not over "
+              "world/sequence_parallel_size as stages 0-2 and its contiguous all-reduce path do "
+              "(reduce_scatter_coalesced): gradients and norms come out 1/sp of stage 0's; README.md, "
+              "\"Sequence parallelism\"", file=sys.stderr)
     init_dir = os.path.abspath(a.init)
     desc = models.read_models(init_dir)
     if a.model not in desc:
