@@ -1,8 +1,10 @@
 package train
 
 import (
+	"bytes"
 	"fmt"
 	"math"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -14,6 +16,7 @@ import (
 	"github.com/dszero/dszero/model"
 	"github.com/dszero/dszero/model/llama"
 	"github.com/dszero/dszero/model/mlp"
+	"github.com/dszero/dszero/profiler"
 	"github.com/dszero/dszero/zero/lrsched"
 )
 
@@ -310,5 +313,67 @@ func TestSeqParallelZeRO3Averaging(t *testing.T) {
 	_, _, err = runSP(t, g, dpAveraging(harnessJSON(3, 2, 2, 10000, false)), 2, 2, 1, false)
 	if want := "raise reduce_bucket_size to at least 16384"; err == nil || !strings.Contains(err.Error(), want) {
 		t.Errorf("a tensor above reduce_bucket_size with reduce_scatter false: %v, want %q", err, want)
+	}
+}
+
+// TestSeqParallelFlopsProfiler: under Ulysses the FLOPS profile is rank
+// 0's forward, as DeepSpeed's profiler counts it on a rank: the layers on
+// its T/sp tokens, attention's core on heads/sp heads over all T tokens,
+// so the tiny GPT's per-rank MACs and FLOPs are half of one rank's on the
+// whole sequence; the data-parallel size printed is the engine's, W/sp.
+// DeepSpeed 0.14.5's own profiler on the same GPT (conformance/reference,
+// models.py's twin, DistributedAttention, micro-batch 8, T 32) printed
+// 14.16 MMACs per rank at sp 2 and 28.31 MMACs on one rank, and
+// "data parallel size: 1" on 2 ranks.
+func TestSeqParallelFlopsProfiler(t *testing.T) {
+	g := loadGPT(t)
+	profile := func(world, sp int) string {
+		t.Helper()
+		js := strings.Replace(harnessJSON(0, 8, 1, 20000, false), "{", `{"flops_profiler": {"enabled": true, "profile_step": 1, "detailed": false}, `, 1)
+		plan, err := dsconfig.Load(withSP(js, sp), dsconfig.Options{WorldSize: world})
+		if err != nil {
+			t.Fatal(err)
+		}
+		devs := make([]Device, world)
+		for r := range devs {
+			devs[r] = Device{Acct: mem.NewAccountant(r), Gemm: g.gemm}
+		}
+		var out bytes.Buffer
+		batches := gptSamples{tokens: g.tokens, B: 8, gas: 1, world: world / sp}
+		if _, err := Run(Config{Plan: plan, Model: g.cfg, Init: g.init, Batches: Tokens(batches, 32), SeqLen: 32, Steps: 2,
+			Devices: devs, Workers: 1, Stdout: &out}, nil); err != nil {
+			t.Fatal(err)
+		}
+		return out.String()
+	}
+	// By hand (DeepSpeed's rules, model/flops.go), B 8, T 32, C 64, M 256,
+	// V 64, 4 heads of 16, 2 blocks; N = B·T/sp tokens on the rank, the
+	// core on 4/sp heads over T.
+	const B, T, C, M, V, H, HS, L = 8, 32, 64, 256, 64, 4, 16, 2
+	want := func(sp int64) (macs, flops int64) {
+		N, h := B*T/sp, H/sp
+		core := 2 * B * h * T * T * HS
+		macs = L*(N*C*3*C+N*C*C+2*N*C*M+core) + N*C*V
+		flops = 2*macs + L*B*h*T*T + (2*L+1)*5*N*C + L*N*M
+		return
+	}
+	for _, tc := range []struct{ world, sp int }{{1, 1}, {2, 2}, {4, 2}} {
+		s := profile(tc.world, tc.sp)
+		macs, flops := want(int64(tc.sp))
+		for _, re := range []string{
+			fmt.Sprintf(`(?m)^world size:\s+%d\s*$`, tc.world),
+			fmt.Sprintf(`(?m)^data parallel size:\s+%d\s*$`, tc.world/tc.sp),
+			`(?m)^fwd MACs per GPU:\s+` + regexp.QuoteMeta(profiler.MACsToString(macs)) + `\s*$`,
+			`(?m)^fwd flops per GPU:\s+` + regexp.QuoteMeta(profiler.NumberToString(float64(flops))) + `\s*$`,
+		} {
+			if !regexp.MustCompile(re).MatchString(s) {
+				t.Errorf("world %d, sp %d: no %s in:\n%s", tc.world, tc.sp, re, s)
+			}
+		}
+	}
+	m1, _ := want(1)
+	m2, _ := want(2)
+	if a, b := profiler.MACsToString(m1), profiler.MACsToString(m2); a != "28.31 MMACs" || b != "14.16 MMACs" {
+		t.Errorf("by hand: %s on one rank, %s per rank at sp 2; DeepSpeed printed 28.31 and 14.16 MMACs", a, b)
 	}
 }
