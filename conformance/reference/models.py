@@ -15,7 +15,8 @@ description alone, as dszero does:
 * model.embed_tokens, model.layers.<i>.{self_attn, mlp, input_layernorm,
   post_attention_layernorm}, model.norm[, lm_head] ("arch": "llama"): a LlamaForCausalLM /
   Qwen2 / Qwen3 / Mistral of the entry's "llama_config" (a config.json), model/llama's own
-  plain-PyTorch twin of transformers (model/llama/testdata/reference/llama_ref.py), fp32 only,
+  plain-PyTorch twin of transformers (model/llama/testdata/reference/llama_ref.py), fp32 only
+  (with set_seq_parallel a Ulysses rank as the GPT: _llama_sp_attention),
   cross-entropy on the shifted tokens as GPT's.
 
 These are, op for op, the harness's TinyGPT and TinyMLP (shared/reference/harness), so a
@@ -287,12 +288,15 @@ class SeqParallel:
         self.group, self.rank, self.size = group, rank, size
         self._attn = {}
 
-    def attention(self, local):
+    def attention(self, local, key=None):
+        """DistributedAttention around local, one per attention module (key, or local's module);
+        a new local function of the same key replaces the wrapped one."""
         from deepspeed.sequence.layer import DistributedAttention
-        key = id(local.__self__)
-        if key not in self._attn:
-            self._attn[key] = DistributedAttention(local, self.group, scatter_idx=2, gather_idx=1)
-        return self._attn[key]
+        k = id(key if key is not None else local.__self__)
+        if k not in self._attn:
+            self._attn[k] = DistributedAttention(local, self.group, scatter_idx=2, gather_idx=1)
+        self._attn[k].local_attn = local
+        return self._attn[k]
 
     def gather_losses(self, tok):
         return _GatherSequence.apply(tok, self.group, self.rank, self.size)
@@ -332,20 +336,75 @@ def build_llama(config):
     import llama_ref
 
     class LlamaCase(llama_ref.ForCausalLM):
+        sp = None   # a SeqParallel (set_seq_parallel), not a submodule
+
         def forward(self, tokens):
             idx, targets = tokens[:, :-1], tokens[:, 1:]
             B, T = idx.shape
             position_ids = torch.arange(T)[None].expand(B, T)
+            whole = position_ids
+            if self.sp is not None:
+                # Ulysses: this rank's tokens lo … lo+T/sp−1, RoPE at their global positions
+                Tl = T // self.sp.size
+                lo = self.sp.rank * Tl
+                idx, targets = idx[:, lo:lo + Tl], targets[:, lo:lo + Tl]
+                position_ids = torch.arange(lo, lo + Tl)[None].expand(B, Tl)
             h = self.model.embed_tokens(idx)
             cos, sin = llama_ref.rotary(self.cfg, position_ids, h.dtype)
             for layer in self.model.layers:
-                h = layer(h, cos, sin, position_ids)
+                if self.sp is None:
+                    h = layer(h, cos, sin, position_ids)
+                    continue
+                # DecoderLayer.forward with the attention through DistributedAttention
+                h = h + _llama_sp_attention(llama_ref, layer.self_attn, layer.input_layernorm(h), cos, sin, whole, self.sp)
+                h = h + layer.mlp(layer.post_attention_layernorm(h))
             h = self.model.norm(h)
             if self.cfg.tie_word_embeddings:
                 raise SystemExit("llama: tied embeddings are not built here (ZeRO-3 would not gather the head)")
+            if self.sp is not None:
+                V = self.cfg.vocab_size
+                tok = F.cross_entropy(self.lm_head(h).float().reshape(-1, V), targets.reshape(-1), reduction="none")
+                whole_loss = self.sp.gather_losses(tok.reshape(targets.shape))   # [sp, B, T/sp]
+                return whole_loss.sum() / whole_loss.numel()
             return llama_ref.loss(self.lm_head(h), targets)
 
+        def set_seq_parallel(self, sp):
+            """Runs the model as one rank of a Ulysses group (a SeqParallel; None: whole sequences)."""
+            self.sp = sp
+
     return LlamaCase(llama_ref.Cfg(config))
+
+
+def _llama_sp_attention(ref, attn, x, cos, sin, whole_positions, sp):
+    """llama_ref.Attention.forward for the rank's T/sp tokens x [B, T/sp, H] under Ulysses: q, k, v
+    projected (and q/k-normed, RoPE'd at the tokens' global positions) locally, as [B, T/sp, heads,
+    D], then DeepSpeed's DistributedAttention (scatter_idx 2, gather_idx 1, batch_dim_idx 0) scatters
+    the q heads and the kv heads over the group (4 q and 2 kv heads over sp 2: q heads 2s, 2s+1 with
+    kv head s, GQA's own grouping) and gathers the sequence for the same causal attention as
+    forward()'s; o_proj on the local tokens."""
+    B, Tl, _ = x.shape
+    D = attn.cfg.head_dim
+    q = attn.q_proj(x).view(B, Tl, -1, D)
+    k = attn.k_proj(x).view(B, Tl, -1, D)
+    if attn.cfg.qk_norm:
+        q, k = attn.q_norm(q), attn.k_norm(k)
+    v = attn.v_proj(x).view(B, Tl, -1, D)
+    c, s = cos.unsqueeze(2), sin.unsqueeze(2)
+    q = (q * c) + (ref.rotate_half(q) * s)
+    k = (k * c) + (ref.rotate_half(k) * s)
+
+    def local(q, k, v):                          # [B, T, h, D], [B, T, h_kv, D] → [B, T, h, D]
+        q, k, v = (t.transpose(1, 2) for t in (q, k, v))
+        rep = q.shape[1] // k.shape[1]
+        k, v = ref.repeat_kv(k, rep), ref.repeat_kv(v, rep)
+        w = torch.matmul(q, k.transpose(2, 3)) * attn.scaling
+        ok = ref.allowed_mask(whole_positions, attn.window)
+        w = w + torch.where(ok, 0.0, torch.finfo(w.dtype).min).to(w.dtype)
+        w = F.softmax(w, dim=-1, dtype=torch.float32).to(q.dtype)
+        return torch.matmul(w, v).transpose(1, 2)
+
+    o = sp.attention(local, key=attn)(q, k, v, 0)
+    return attn.o_proj(o.reshape(B, Tl, -1))
 
 
 # ----------------------------------------------------------------------------- description

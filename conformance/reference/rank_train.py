@@ -187,7 +187,7 @@ def train(spec, resume, res):
     dp_rank, dp_world = RANK, world
     if sp > 1:
         if not hasattr(model, "set_seq_parallel"):
-            raise SystemExit(f"sequence_parallel_size {sp}: the {models.arch_of(desc)} model has no Ulysses path here (the GPT has)")
+            raise SystemExit(f"sequence_parallel_size {sp}: the {models.arch_of(desc)} model has no Ulysses path here (the GPT and the Llama family have)")
         mpu = UlyssesMPU(world, sp, RANK)
         model.set_seq_parallel(models.SeqParallel(mpu.get_sequence_parallel_group(), mpu.get_sequence_parallel_rank(), sp))
         dp_rank, dp_world = mpu.get_data_parallel_rank(), mpu.get_data_parallel_world_size()
