@@ -180,7 +180,8 @@ func TestFlopModulesSeqParallel(t *testing.T) {
 	whole := ownCounts(cfg.FlopModules(model.FlopShape{Batch: 2, Seq: 16}))
 	rank := ownCounts(cfg.FlopModules(model.FlopShape{Batch: 2, Seq: 8, SeqParallel: 2}))
 	D := int64(cfg.WithDefaults().HeadDim)
-	if got, want := rank["model.layers.0.self_attn"].MACs, 2*(2*2*16*16*D); // q·kᵀ and w·v: B·h·T·T·D each got != want || 2*got != whole["model.layers.0.self_attn"].MACs {
+	// q·kᵀ and w·v: B·h·T·T·D each, B 2, h 2, T 16
+	if got, want := rank["model.layers.0.self_attn"].MACs, 2*(2*2*16*16*D); got != want || 2*got != whole["model.layers.0.self_attn"].MACs {
 		t.Errorf("attention MACs per rank %d, want %d (half of %d)", got, want, whole["model.layers.0.self_attn"].MACs)
 	}
 	if got, w := rank["model.layers.0.self_attn.q_proj"].MACs, whole["model.layers.0.self_attn.q_proj"].MACs; 2*got != w {
