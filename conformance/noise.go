@@ -48,9 +48,9 @@ type NoiseReport struct {
 	Weights Metric `json:"weights"`
 }
 
-// noiseDriven returns the mask of the elements whose gradient on the first
-// global batch at the initial weights is noise (nil when there are none).
-func (a *arch) noiseDriven(init []float32, B, gas, world int) ([]bool, error) {
+// firstGrads is the gradient of the first global batch at the initial
+// weights, summed over its micro-batches (float32, Backward(1) each).
+func (a *arch) firstGrads(init []float32, B, gas, world int) ([]float32, error) {
 	gemm, err := blas.New(blas.Options{Backend: blas.Gonum})
 	if err != nil {
 		return nil, err
@@ -81,13 +81,20 @@ func (a *arch) noiseDriven(init []float32, B, gas, world int) ([]bool, error) {
 			}
 		}
 	}
+	return grads, nil
+}
+
+// noiseDriven returns the mask of the elements whose gradient on the first
+// global batch at the initial weights (firstGrads) is noise (nil when
+// there are none).
+func noiseDriven(grads []float32) []bool {
 	var ss float64
 	for _, g := range grads {
 		ss += float64(g) * float64(g)
 	}
 	rms := math.Sqrt(ss / float64(len(grads)))
 	if rms == 0 {
-		return nil, nil
+		return nil
 	}
 	var mask []bool
 	for i, g := range grads {
@@ -98,7 +105,7 @@ func (a *arch) noiseDriven(init []float32, B, gas, world int) ([]bool, error) {
 			mask[i] = true
 		}
 	}
-	return mask, nil
+	return mask
 }
 
 type noHooks struct{}
@@ -109,27 +116,40 @@ func (noHooks) BeforeBackward(int) error { return nil }
 func (noHooks) AfterBackward(int) error  { return nil }
 
 // splitWeights compares the final weights: the noise-driven elements
-// (mask) in a NoiseReport with its band, the others against tol as
-// weightMetric does. A nil mask compares every element against tol.
-func splitWeights(got, want, init []float32, mask []bool, l *model.Layout, tol Tolerances) (Metric, *NoiseReport) {
-	if mask == nil {
-		return weightMetric(got, want, tol), nil
+// (mask) in a NoiseReport with its band, the Adam-eps-driven ones (eps,
+// epsdriven.go) in another with epsBand, the others against tol as
+// weightMetric does. Nil masks leave the elements with the others.
+func splitWeights(got, want, init []float32, mask, eps []bool, epsBand float64, l *model.Layout, tol Tolerances) (Metric, *NoiseReport, *NoiseReport) {
+	if mask == nil && eps == nil {
+		return weightMetric(got, want, tol), nil, nil
 	}
 	var g, w []float32
-	nr := &NoiseReport{Tensors: map[string]int{}}
+	var nr, er *NoiseReport
 	var movedRef, movedOurs float64
 	for _, sp := range l.Specs {
 		for i := sp.Offset; i < sp.Offset+sp.Numel; i++ {
-			if !mask[i] {
+			switch {
+			case mask != nil && mask[i]:
+				if nr == nil {
+					nr = &NoiseReport{Tensors: map[string]int{}}
+				}
+				nr.Tensors[sp.Name]++
+				movedRef = math.Max(movedRef, math.Abs(float64(want[i])-float64(init[i])))
+				movedOurs = math.Max(movedOurs, math.Abs(float64(got[i])-float64(init[i])))
+				nr.Weights.add(float64(got[i]), float64(want[i]))
+			case eps != nil && eps[i]:
+				if er == nil {
+					er = &NoiseReport{Tensors: map[string]int{}, Weights: Metric{Tol: epsBand}}
+				}
+				er.Tensors[sp.Name]++
+				er.Weights.add(float64(got[i]), float64(want[i]))
+			default:
 				g, w = append(g, got[i]), append(w, want[i])
-				continue
 			}
-			nr.Tensors[sp.Name]++
-			movedRef = math.Max(movedRef, math.Abs(float64(want[i])-float64(init[i])))
-			movedOurs = math.Max(movedOurs, math.Abs(float64(got[i])-float64(init[i])))
-			nr.Weights.add(float64(got[i]), float64(want[i]))
 		}
 	}
-	nr.Weights.Tol = 2*math.Min(movedRef, movedOurs) + tol.WeightsAbs
-	return weightMetric(g, w, tol), nr
+	if nr != nil {
+		nr.Weights.Tol = 2*math.Min(movedRef, movedOurs) + tol.WeightsAbs
+	}
+	return weightMetric(g, w, tol), nr, er
 }

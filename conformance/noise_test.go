@@ -34,7 +34,7 @@ func TestSplitWeights(t *testing.T) {
 		{"not moved", []float32{1.1, 1.2, 1.3, 0, 0}, true, false, tol.WeightsAbs},
 		{"a real weight off", []float32{1.1, 1.2, 1.30003, 4e-5, -3e-5}, false, true, 2*4e-5 + tol.WeightsAbs},
 	} {
-		w, n := splitWeights(tc.got, want, init, mask, l, tol)
+		w, n, _ := splitWeights(tc.got, want, init, mask, nil, 0, l, tol)
 		if w.OK() != tc.weightsOK || n == nil || n.Weights.OK() != tc.noiseOK {
 			t.Errorf("%s: weights %+v, noise %+v", tc.name, w, n)
 		}
@@ -42,7 +42,7 @@ func TestSplitWeights(t *testing.T) {
 			t.Errorf("%s: %d and %d elements compared, noise %+v, want band %g", tc.name, w.N, n.Weights.N, n, tc.band)
 		}
 	}
-	if w, n := splitWeights(want, want, init, nil, l, tol); n != nil || w.N != 5 {
+	if w, n, e := splitWeights(want, want, init, nil, nil, 0, l, tol); n != nil || e != nil || w.N != 5 {
 		t.Errorf("no mask: %+v, %+v", w, n)
 	}
 }
@@ -77,10 +77,11 @@ func TestNoiseDriven(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	mask, err := a.noiseDriven(init, 2, 2, 2)
+	grads, err := a.firstGrads(init, 2, 2, 2)
 	if err != nil {
 		t.Fatal(err)
 	}
+	mask := noiseDriven(grads)
 	sp := a.layout.Specs[func() int { i, _ := a.layout.Index("blocks.0.attn.qkv.bias"); return i }()]
 	d := sp.Numel / 3
 	for i := range sp.Numel {

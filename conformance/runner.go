@@ -56,7 +56,10 @@ func (a *arch) train(plan dsconfig.Plan, steps int, v zero.Version, init []float
 	}
 	mb := a.builder()
 	out := trained{From: from}
-	cfg := train.Config{Plan: plan, Model: mb, Init: init, Batches: caseBatches{a: a, gas: gas, world: world},
+	// The batches' world is the data-parallel one: with sequence_parallel_size
+	// sp the sp ranks of a group read data-parallel rank r/sp's samples
+	// (train's seqpar.go), as the generator's rank_train.py does.
+	cfg := train.Config{Plan: plan, Model: mb, Init: init, Batches: caseBatches{a: a, gas: gas, world: int(plan.DataParallelSize())},
 		SeqLen: a.seqLen, Steps: steps, ReturnParams: true, Devices: devs, Workers: 1, Version: v, Timeout: time.Minute,
 		LoadTag: ck.loadTag, SaveSteps: ck.saveAt,
 		Warn: func(w string) { out.Warns = append(out.Warns, w) },
@@ -95,7 +98,8 @@ func (a *arch) train(plan dsconfig.Plan, steps int, v zero.Version, init []float
 
 // caseBatches serves the case's samples: micro-batch mb = micro·world +
 // rank of step s holds samples s·G + mb·B … + B−1 (mod the number of
-// samples), G = B·GAS·world.
+// samples), G = B·GAS·world, where world and rank are data-parallel ones
+// (the world size over sequence_parallel_size).
 type caseBatches struct {
 	a          *arch
 	gas, world int

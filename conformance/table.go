@@ -60,6 +60,9 @@ func WriteTable(w io.Writer, reps []Report) error {
 		if n := r.Noise; n != nil {
 			fmt.Fprintf(w, "%s: %d noise-driven elements (%s) reported apart: max |Δ| %.2e, band %.2e\n", r.Case, n.Weights.N, noiseTensors(n), n.Weights.MaxAbs, n.Weights.Tol)
 		}
+		if n := r.EpsDriven; n != nil {
+			fmt.Fprintf(w, "%s: %d eps-driven elements (%s) reported apart: max |Δ| %.2e, band %.2e\n", r.Case, n.Weights.N, noiseTensors(n), n.Weights.MaxAbs, n.Weights.Tol)
+		}
 	}
 	counts := map[Status]int{}
 	for _, r := range reps {

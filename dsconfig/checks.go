@@ -35,6 +35,7 @@ func (c *compiler) crossChecks() {
 				"ZeRO stage %d with reduce_scatter requires gradient_predivide_factor 1.0, got %g", z.Stage, p.GradientPredivideFactor)
 		}
 	}
+	c.seqParZeRO3() // seqpar.go
 	if hasOpt && (z.Stage == 1 || z.Stage == 2) && z.AllgatherBucketSize%2 != 0 {
 		c.s.errorf(c.at("zero_optimization.allgather_bucket_size"), "zero_optimization.allgather_bucket_size", "use an even number",
 			"allgather_bucket_size must be a multiple of 2, got %d", z.AllgatherBucketSize)

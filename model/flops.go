@@ -48,6 +48,23 @@ type FlopShape struct {
 	// models build position ids of shape (1, T), and a rotary embedding
 	// computes its angles for one row.
 	RowPositions bool
+	// SeqParallel is sequence_parallel_size under DeepSpeed-Ulysses (0 or
+	// 1: none). Seq is then the rank's T/sp tokens, which every layer but
+	// attention's core runs on; the core (scores, softmax, the weighted
+	// sum, SDPA) runs on heads/sp heads over the whole sp·Seq tokens after
+	// the all-to-all, and DeepSpeed's profiler on a rank counts it so.
+	SeqParallel int
+}
+
+// Attention returns the heads and the sequence length attention's core
+// runs on for a model of heads heads: (heads, Seq) without sequence
+// parallelism, (heads/sp, sp·Seq) with it. The Ulysses all-to-alls
+// themselves are not counted (DeepSpeed wraps no collective).
+func (s FlopShape) Attention(heads int) (int, int) {
+	if s.SeqParallel <= 1 {
+		return heads, s.Seq
+	}
+	return heads / s.SeqParallel, s.Seq * s.SeqParallel
 }
 
 // FlopModule is one nn.Module of a model's PyTorch twin. A model lists

@@ -184,7 +184,8 @@ func (k *knobs) beforeForward(finished int64, b *model.Batch) (model.Batch, erro
 		if run.B > 0 && len(run.Tokens) > 0 {
 			T = len(run.Tokens) / run.B
 		}
-		if err := k.prof.Start(model.FlopShape{Batch: run.B, Seq: T, RowPositions: run.Positions != nil}); err != nil {
+		// T is the rank's: under Ulysses its T/sp tokens (seqpar.go).
+		if err := k.prof.Start(model.FlopShape{Batch: run.B, Seq: T, RowPositions: run.Positions != nil, SeqParallel: int(k.cfg.Plan.SequenceParallelSize)}); err != nil {
 			return run, fmt.Errorf("flops profiler: %w", err)
 		}
 	}
@@ -272,7 +273,8 @@ func (k *knobs) afterStep(label int64, bd *Breakdown, world int) error {
 	if !k.active {
 		return nil
 	}
-	e := &profiler.Engine{WorldSize: world, DataParallel: world, ModelParallel: 1, MicroBatch: int(k.cfg.Plan.Batch.TrainMicroBatchSizePerGPU),
+	// DeepSpeed prints the engine's dp_world_size: world/sp under Ulysses.
+	e := &profiler.Engine{WorldSize: world, DataParallel: int(k.cfg.Plan.DataParallelSize()), ModelParallel: 1, MicroBatch: int(k.cfg.Plan.Batch.TrainMicroBatchSizePerGPU),
 		Fwd: bd.ForwardMS / 1000, Bwd: bd.BackwardMS / 1000, Step: bd.StepMS / 1000}
 	if err := k.prof.Print(k.out, int(label), e); err != nil {
 		return fmt.Errorf("flops profiler: %w", err)

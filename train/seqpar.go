@@ -3,6 +3,7 @@ package train
 import (
 	"context"
 	"fmt"
+	"strings"
 
 	"github.com/dszero/dszero/comm"
 	"github.com/dszero/dszero/dsconfig"
@@ -43,6 +44,7 @@ type seqPar struct {
 	dpRank int       // rank / sp: the data-parallel shard it reads
 	group  comm.Comm // the sp ranks of its group; nil when size is 1
 	full   model.Batch
+	factor float32 // gradFactor
 }
 
 // checkSeqParallel refuses a sequence_parallel_size the model cannot run,
@@ -67,6 +69,22 @@ func checkSeqParallel(cfg *Config) error {
 	if err := m.CheckSeqParallel(sp, cfg.SeqLen); err != nil {
 		return err // it names sequence_parallel_size and the fix
 	}
+	if z := cfg.Plan.Zero; z.Stage == 3 && !cfg.Plan.SeqParallelZeRO3AveragesOverWorld() {
+		// DeepSpeed's stage 3 reduces a tensor larger than the bucket
+		// alone through reduce_scatter_coalesced, which divides by W,
+		// and the others by W/sp: a mix not reproduced here.
+		var big []string
+		most := 0
+		for _, t := range cfg.Model.Layout().Specs {
+			if int64(t.Numel) > z.ReduceBucketSize {
+				big, most = append(big, fmt.Sprintf("%s (%d)", t.Name, t.Numel)), max(most, t.Numel)
+			}
+		}
+		if big != nil {
+			return fmt.Errorf("zero_optimization.reduce_bucket_size %d: with sequence_parallel_size %d and reduce_scatter false DeepSpeed's stage 3 averages the tensors larger than a bucket (%s) over all %d ranks and the others over the %d data-parallel ones; dszero does not reproduce that mix: raise reduce_bucket_size to at least %d",
+				z.ReduceBucketSize, sp, strings.Join(big, ", "), cfg.Plan.WorldSize, cfg.Plan.DataParallelSize(), most)
+		}
+	}
 	return nil
 }
 
@@ -74,7 +92,10 @@ func checkSeqParallel(cfg *Config) error {
 // calls (also with sp 1, where it does not communicate).
 func newSeqPar(ctx context.Context, c comm.Comm, p dsconfig.Plan) (*seqPar, error) {
 	sp := max(1, int(p.SequenceParallelSize))
-	s := &seqPar{size: sp, member: c.Rank() % sp, dpRank: c.Rank() / sp}
+	s := &seqPar{size: sp, member: c.Rank() % sp, dpRank: c.Rank() / sp, factor: float32(sp)}
+	if p.SeqParallelZeRO3AveragesOverWorld() {
+		s.factor = 1
+	}
 	if sp == 1 {
 		return s, nil
 	}
@@ -134,4 +155,4 @@ func (s *seqPar) cut(dst, x []int32, B, T int) []int32 {
 
 // gradFactor is what a rank's backward scale is multiplied by for a loss
 // that is the mean over its sequences (see the layout above).
-func (s *seqPar) gradFactor() float32 { return float32(s.size) }
+func (s *seqPar) gradFactor() float32 { return s.factor }

@@ -1,7 +1,10 @@
 package train
 
 import (
+	"bytes"
 	"fmt"
+	"math"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -13,12 +16,22 @@ import (
 	"github.com/dszero/dszero/model"
 	"github.com/dszero/dszero/model/llama"
 	"github.com/dszero/dszero/model/mlp"
+	"github.com/dszero/dszero/profiler"
 	"github.com/dszero/dszero/zero/lrsched"
 )
 
 // withSP adds sequence_parallel_size to a harness config.
 func withSP(js string, sp int) string {
 	return strings.Replace(js, "{", fmt.Sprintf(`{"sequence_parallel_size": %d, `, sp), 1)
+}
+
+// dpAveraging sets zero_optimization.reduce_scatter false: the stage-3
+// path on which DeepSpeed divides a sequence-parallel gradient sum by the
+// data-parallel size as stages 0-2 do, so that stage 3 trains like one
+// rank (dsconfig.Plan.SeqParallelZeRO3AveragesOverWorld; with the default
+// reduce_scatter it averages over every rank, TestSeqParallelZeRO3Averaging).
+func dpAveraging(js string) string {
+	return strings.Replace(js, `"zero_optimization": {"stage": 3,`, `"zero_optimization": {"stage": 3, "reduce_scatter": false,`, 1)
 }
 
 // runSP trains the tiny GPT on world ranks in groups of sp (world/sp
@@ -45,8 +58,9 @@ func runSP(t *testing.T, g gptRef, js string, world, sp, steps int, checkpoint b
 // of one sequence-parallel group, 4 ranks of one, and 2 × 2 (2 groups of
 // 2, each a data-parallel shard) — trains like one rank taking the same
 // global batch (micro 2, GAS 2 per shard; one rank runs GAS 2·DP), at
-// ZeRO stages 0 to 3, one case with activation checkpointing: step losses
-// within 1e-6 relative, final weights within 1e-6 (‖Δ‖/‖w‖).
+// ZeRO stages 0 to 3 (stage 3 with reduce_scatter false, dpAveraging), one
+// case with activation checkpointing: step losses within 1e-6 relative,
+// final weights within 1e-6 (‖Δ‖/‖w‖).
 func TestSeqParallelGPT(t *testing.T) {
 	g := loadGPT(t)
 	const steps = 3
@@ -64,7 +78,7 @@ func TestSeqParallelGPT(t *testing.T) {
 	} {
 		t.Run(fmt.Sprintf("world%d/sp%d/stage%d/checkpoint=%v", tc.world, tc.sp, tc.stage, tc.checkpoint), func(t *testing.T) {
 			dp := tc.world / tc.sp
-			recs, w, err := runSP(t, g, harnessJSON(tc.stage, 2, 2, 20000, false), tc.world, tc.sp, steps, tc.checkpoint)
+			recs, w, err := runSP(t, g, dpAveraging(harnessJSON(tc.stage, 2, 2, 20000, false)), tc.world, tc.sp, steps, tc.checkpoint)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -161,7 +175,7 @@ func TestSeqParallelLlama(t *testing.T) {
 	run := func(stage, world, sp int) ([]Record, []float32) {
 		t.Helper()
 		dp := world / sp
-		js := harnessJSON(stage, 2, 2, 20000, false)
+		js := dpAveraging(harnessJSON(stage, 2, 2, 20000, false))
 		if world == 1 {
 			js = harnessJSON(stage, 2, 2*sp, 20000, false) // sp here: the data-parallel shards to stand for
 			dp, sp = 1, 1
@@ -246,5 +260,120 @@ func TestSeqParallelSharedLoss(t *testing.T) {
 	t.Logf("losses %v vs %v", recs[0].Loss, base[0].Loss)
 	if lrel > 1e-6 || wrel > 1e-6 {
 		t.Errorf("sp 2 × dp 2 with LossDenom differs from one rank: losses %.2e, weights %.2e relative", lrel, wrel)
+	}
+}
+
+// TestSeqParallelZeRO3Averaging: DeepSpeed's stage 3 under sequence
+// parallelism averages the gradients over every rank on its
+// reduce_scatter path (the default, or contiguous_gradients off), over the
+// data-parallel ranks otherwise; dszero does the same, so the first step's
+// gradient norm there is 1/sp of stage 0's (the DeepSpeed 0.14.5 cases
+// gpt/z3_sp2_fp32 and gpt/z3_sp2dp2_fp32 in conformance/testdata hold
+// DeepSpeed's own). The plan warns of it, and a tensor larger than
+// reduce_bucket_size, which DeepSpeed averages the other way, is refused.
+func TestSeqParallelZeRO3Averaging(t *testing.T) {
+	g := loadGPT(t)
+	js3 := harnessJSON(3, 2, 2, 20000, false)
+	norm := func(js string, world, sp int) float64 {
+		t.Helper()
+		recs, _, err := runSP(t, g, js, world, sp, 1, false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return recs[0].GradNorm
+	}
+	for _, tc := range []struct{ world, sp int }{{2, 2}, {4, 2}, {4, 4}} {
+		want := norm(harnessJSON(0, 2, 2, 20000, false), tc.world, tc.sp)
+		for _, v := range []struct {
+			name, js string
+			ratio    float64
+		}{
+			{"reduce_scatter (default)", js3, 1 / float64(tc.sp)},
+			{"contiguous_gradients false", strings.Replace(dpAveraging(js3), `"reduce_scatter": false,`, `"reduce_scatter": false, "contiguous_gradients": false,`, 1), 1 / float64(tc.sp)},
+			{"reduce_scatter false", dpAveraging(js3), 1},
+		} {
+			got := norm(v.js, tc.world, tc.sp)
+			if r := got / want; math.Abs(r-v.ratio) > 1e-6*v.ratio {
+				t.Errorf("world %d, sp %d, stage 3 with %s: grad norm %.7g, %.7g × stage 0's; want %.7g×", tc.world, tc.sp, v.name, got, r, v.ratio)
+			}
+		}
+	}
+	plan, err := dsconfig.Load(withSP(js3, 2), dsconfig.Options{WorldSize: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	warned := false
+	for _, d := range plan.Diagnostics() {
+		warned = warned || (d.Severity == dsconfig.Warning && d.Path == "zero_optimization.reduce_scatter" && strings.Contains(d.Msg, "1/2 of stage 0's"))
+	}
+	if !warned {
+		t.Errorf("no warning of stage 3's averaging over every rank: %v", plan.Diagnostics())
+	}
+	// qkv.weight has 12288 elements: more than a bucket of 10000.
+	_, _, err = runSP(t, g, dpAveraging(harnessJSON(3, 2, 2, 10000, false)), 2, 2, 1, false)
+	if want := "raise reduce_bucket_size to at least 16384"; err == nil || !strings.Contains(err.Error(), want) {
+		t.Errorf("a tensor above reduce_bucket_size with reduce_scatter false: %v, want %q", err, want)
+	}
+}
+
+// TestSeqParallelFlopsProfiler: under Ulysses the FLOPS profile is rank
+// 0's forward, as DeepSpeed's profiler counts it on a rank: the layers on
+// its T/sp tokens, attention's core on heads/sp heads over all T tokens,
+// so the tiny GPT's per-rank MACs and FLOPs are half of one rank's on the
+// whole sequence; the data-parallel size printed is the engine's, W/sp.
+// DeepSpeed 0.14.5's own profiler on the same GPT (conformance/reference,
+// models.py's twin, DistributedAttention, micro-batch 8, T 32) printed
+// 14.16 MMACs per rank at sp 2 and 28.31 MMACs on one rank, and
+// "data parallel size: 1" on 2 ranks.
+func TestSeqParallelFlopsProfiler(t *testing.T) {
+	g := loadGPT(t)
+	profile := func(world, sp int) string {
+		t.Helper()
+		js := strings.Replace(harnessJSON(0, 8, 1, 20000, false), "{", `{"flops_profiler": {"enabled": true, "profile_step": 1, "detailed": false}, `, 1)
+		plan, err := dsconfig.Load(withSP(js, sp), dsconfig.Options{WorldSize: world})
+		if err != nil {
+			t.Fatal(err)
+		}
+		devs := make([]Device, world)
+		for r := range devs {
+			devs[r] = Device{Acct: mem.NewAccountant(r), Gemm: g.gemm}
+		}
+		var out bytes.Buffer
+		batches := gptSamples{tokens: g.tokens, B: 8, gas: 1, world: world / sp}
+		if _, err := Run(Config{Plan: plan, Model: g.cfg, Init: g.init, Batches: Tokens(batches, 32), SeqLen: 32, Steps: 2,
+			Devices: devs, Workers: 1, Stdout: &out}, nil); err != nil {
+			t.Fatal(err)
+		}
+		return out.String()
+	}
+	// By hand (DeepSpeed's rules, model/flops.go), B 8, T 32, C 64, M 256,
+	// V 64, 4 heads of 16, 2 blocks; N = B·T/sp tokens on the rank, the
+	// core on 4/sp heads over T.
+	const B, T, C, M, V, H, HS, L = 8, 32, 64, 256, 64, 4, 16, 2
+	want := func(sp int64) (macs, flops int64) {
+		N, h := B*T/sp, H/sp
+		core := 2 * B * h * T * T * HS
+		macs = L*(N*C*3*C+N*C*C+2*N*C*M+core) + N*C*V
+		flops = 2*macs + L*B*h*T*T + (2*L+1)*5*N*C + L*N*M
+		return
+	}
+	for _, tc := range []struct{ world, sp int }{{1, 1}, {2, 2}, {4, 2}} {
+		s := profile(tc.world, tc.sp)
+		macs, flops := want(int64(tc.sp))
+		for _, re := range []string{
+			fmt.Sprintf(`(?m)^world size:\s+%d\s*$`, tc.world),
+			fmt.Sprintf(`(?m)^data parallel size:\s+%d\s*$`, tc.world/tc.sp),
+			`(?m)^fwd MACs per GPU:\s+` + regexp.QuoteMeta(profiler.MACsToString(macs)) + `\s*$`,
+			`(?m)^fwd flops per GPU:\s+` + regexp.QuoteMeta(profiler.NumberToString(float64(flops))) + `\s*$`,
+		} {
+			if !regexp.MustCompile(re).MatchString(s) {
+				t.Errorf("world %d, sp %d: no %s in:\n%s", tc.world, tc.sp, re, s)
+			}
+		}
+	}
+	m1, _ := want(1)
+	m2, _ := want(2)
+	if a, b := profiler.MACsToString(m1), profiler.MACsToString(m2); a != "28.31 MMACs" || b != "14.16 MMACs" {
+		t.Errorf("by hand: %s on one rank, %s per rank at sp 2; DeepSpeed printed 28.31 and 14.16 MMACs", a, b)
 	}
 }

@@ -92,6 +92,14 @@ func runAutotune(args []string, stdout, stderr io.Writer) int {
 	}
 	t := &tuner{opts: opts, user: user, mc: mc, world: *nproc, seq: *seq, budget: budget, gemm: gemm, stdout: stdout,
 		corpus: data.Random(mc.Vocab, 1<<20, 1), cmdBase: fmt.Sprintf("dszero train --model %s --nproc %d --seq %d", *modelArg, *nproc, *seq)}
+	// DeepSpeed's autotuner (0.14.5) knows no sequence_parallel_size: it
+	// would write train_batch_size over every rank, which the engine then
+	// rejects (it counts world/sp data-parallel ranks). The tuner here
+	// counts the data-parallel ranks; the trials check the rest.
+	t.dp = t.world
+	if sp, ok := user["sequence_parallel_size"].(float64); ok && sp > 1 && t.world%int(sp) == 0 {
+		t.dp = t.world / int(sp)
+	}
 	if err := t.prepareDirs(); err != nil {
 		return fail(1, "%v", err)
 	}
@@ -119,6 +127,7 @@ type tuner struct {
 	user    map[string]any
 	mc      gpt.Config
 	world   int
+	dp      int // the data-parallel ranks: world / sequence_parallel_size
 	seq     int
 	budget  int64
 	gemm    blas.Engine
@@ -202,7 +211,7 @@ func (t *tuner) config(stage, mbs, gas int) map[string]any {
 	c["zero_optimization"] = zo
 	c["train_micro_batch_size_per_gpu"] = mbs
 	c["gradient_accumulation_steps"] = gas
-	c["train_batch_size"] = mbs * gas * t.world / t.opts.MPSize
+	c["train_batch_size"] = mbs * gas * t.dp / t.opts.MPSize
 	return c
 }
 
@@ -217,7 +226,7 @@ func (t *tuner) tuneStage(stage int) error {
 		fmt.Fprintf(t.stdout, "%s: no micro-batch size runs at ZeRO stage %d (not even %d)\n", name, stage, t.opts.MinMicro)
 		return nil
 	}
-	list, perGPU := t.opts.microBatchList(t.opts.MinMicro, maxMBS, t.world)
+	list, perGPU := t.opts.microBatchList(t.opts.MinMicro, maxMBS, t.dp)
 	fmt.Fprintf(t.stdout, "%s: largest micro-batch %d; tuning micro-batch sizes %v (train batch per rank %d)\n", name, maxMBS, list, perGPU)
 	sp := tuneSpace{name: name}
 	for _, mbs := range list {
@@ -240,7 +249,7 @@ func (t *tuner) tuneStage(stage int) error {
 func (t *tuner) maxMicroBatch(stage int) (int, error) {
 	limit := t.opts.MaxMicroBatch
 	if t.opts.MaxTrainBatchSize > 0 {
-		limit = min(limit, t.opts.MaxTrainBatchSize*t.opts.MPSize/t.world)
+		limit = min(limit, t.opts.MaxTrainBatchSize*t.opts.MPSize/t.dp)
 	}
 	best := 0
 	for mbs := t.opts.MinMicro; mbs <= limit; mbs *= 2 {
@@ -316,7 +325,7 @@ func (t *tuner) trial(cfg map[string]any, steps int) (tuneMetrics, error) {
 		return tuneMetrics{}, errors.New(strings.Join(msgs, "; "))
 	}
 	B, gas := int(plan.Batch.TrainMicroBatchSizePerGPU), int(plan.Batch.GradientAccumulationSteps)
-	loader, err := data.NewLoader(t.corpus, data.Layout{B: B, T: t.seq, GAS: gas, World: t.world})
+	loader, err := data.NewLoader(t.corpus, data.Layout{B: B, T: t.seq, GAS: gas, World: int(plan.DataParallelSize())}) // Ulysses: a shard per sequence-parallel group
 	if err != nil {
 		return tuneMetrics{}, err
 	}
@@ -345,7 +354,10 @@ func (t *tuner) trial(cfg map[string]any, steps int) (tuneMetrics, error) {
 		return m, nil
 	}
 	var fwd int64
-	for _, mod := range t.mc.FlopModules(model.FlopShape{Batch: B, Seq: t.seq}) {
+	// The profiled rank's forward: under Ulysses its seq/sp tokens, the
+	// attention core on heads/sp over seq (model.FlopShape.SeqParallel).
+	sp := max(1, int(plan.SequenceParallelSize))
+	for _, mod := range t.mc.FlopModules(model.FlopShape{Batch: B, Seq: t.seq / sp, SeqParallel: sp}) {
 		fwd += mod.FLOPs
 	}
 	m.FLOPSPerGPU = float64(3*fwd) * 1e6 * float64(gas) / m.LatencyMS

@@ -3,12 +3,15 @@ package main
 import (
 	"encoding/json"
 	"fmt"
+	"math"
 	"os"
 	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
 
+	"github.com/dszero/dszero/model"
+	"github.com/dszero/dszero/model/gpt"
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
 )
@@ -120,4 +123,74 @@ func TestAutotuneRefuses(t *testing.T) {
 			t.Errorf("%s: exit %d, want 1 with %q\n%s%s", tc.keys, code, tc.want, out, errs)
 		}
 	}
+}
+
+// TestAutotuneSeqParallel: with sequence_parallel_size 2 on 2 ranks the
+// tuner counts the one data-parallel rank (DeepSpeed's autotuner, which
+// knows no sequence parallelism, would write a train_batch_size over both
+// and the engine reject it): max_train_batch_size 16 gives micro-batches
+// 8 and 16 with train_batch_size 16, and every trial runs Ulysses.
+func TestAutotuneSeqParallel(t *testing.T) {
+	dir := t.TempDir()
+	js := fmt.Sprintf(`{"train_micro_batch_size_per_gpu": 1, "sequence_parallel_size": 2, "optimizer": {"type": "AdamW", "params": {"lr": 1e-4}},
+		"zero_optimization": {"stage": [0]},
+		"autotuning": {"enabled": true, "metric": "flops", "start_profile_step": 1, "end_profile_step": 2, "max_train_batch_size": 16, "results_dir": %q, "exps_dir": %q}}`,
+		filepath.Join(dir, "res"), filepath.Join(dir, "exps"))
+	cfg := filepath.Join(dir, "ds.json")
+	if err := os.WriteFile(cfg, []byte(js), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	code, out, errs := runCLI("autotune", "--deepspeed", cfg, "--model", "tiny", "--nproc", "2", "--seq", "8", "--threads", "1")
+	if code != 0 {
+		t.Fatalf("exit %d\n%s%s", code, out, errs)
+	}
+	for _, e := range []struct{ gas, mbs int }{{2, 8}, {1, 16}} {
+		name := fmt.Sprintf("z0_gas%d_tmbspg%d", e.gas, e.mbs)
+		raw, err := os.ReadFile(filepath.Join(dir, "exps", name+".json"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var exp struct {
+			DSConfig map[string]any `json:"ds_config"`
+		}
+		if err := json.Unmarshal(raw, &exp); err != nil {
+			t.Fatal(err)
+		}
+		if tb := exp.DSConfig["train_batch_size"]; tb != 16.0 || exp.DSConfig["sequence_parallel_size"] != 2.0 {
+			t.Errorf("%s: train_batch_size %v, sequence_parallel_size %v; want 16 and 2", name, tb, exp.DSConfig["sequence_parallel_size"])
+		}
+		raw, err = os.ReadFile(filepath.Join(dir, "res", name, "metrics.json"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var m struct {
+			Latency    float64 `json:"latency"`
+			Throughput float64 `json:"throughput"`
+			FLOPS      float64 `json:"FLOPS_per_gpu"`
+		}
+		if err := json.Unmarshal(raw, &m); err != nil {
+			t.Fatal(err)
+		}
+		if d := cmp.Diff(16*1e6/m.Latency, m.Throughput, cmpopts.EquateApprox(1e-9, 0)); d != "" || m.FLOPS <= 0 {
+			t.Errorf("%s: metrics %+v", name, m)
+		}
+		// FLOPS_per_gpu is 3·fwd·1e6·GAS/latency with rank 0's forward:
+		// half the whole sequence's for this GPT (every count halves).
+		var whole int64
+		for _, mod := range mustTiny(t).FlopModules(model.FlopShape{Batch: e.mbs, Seq: 8}) {
+			whole += mod.FLOPs
+		}
+		if fwd := m.FLOPS * m.Latency / (3e6 * float64(e.gas)); math.Abs(fwd-float64(whole)/2) > 1e-6*float64(whole) {
+			t.Errorf("%s: the FLOPS metric counts %.0f forward flops per rank, want %d (half of %d)", name, fwd, whole/2, whole)
+		}
+	}
+}
+
+func mustTiny(t *testing.T) gpt.Config {
+	t.Helper()
+	c, err := gpt.Preset("tiny")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
 }

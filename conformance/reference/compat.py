@@ -24,6 +24,10 @@ aio_pinned   NVMe offload. O_DIRECT needs page-aligned buffers but CPU pin_memor
              to mean page-aligned.
 onebit_nccl  1-bit optimizers (OneBitAdam, ZeroOneAdam, OneBitLamb with comm_backend_name "nccl"):
              NcclBackend imports cupy; onebit_backend.py is its compressed_allreduce on gloo.
+sdpa_stub    flops_profiler. DeepSpeed's profiler wraps F.scaled_dot_product_attention, which
+             torch 1.13 lacks ("module 'torch.nn.functional' has no attribute
+             'scaled_dot_product_attention'"): a stub that raises if called is put there first
+             (models.py never calls it, so the count is unchanged).
 nvme_ckpt    NVMe offload + save_checkpoint: every rank copies its swap folder to the same
              <tag>/offloaded_tensors and the second dies with FileExistsError; we emulate the
              upstream fix (e37c37acd, PR #7613): offloaded_tensors/rank<NN>.
@@ -42,6 +46,7 @@ PATCH_NOTES = {
     "aio": "op_compat.install_aio (generic AsyncIOBuilder instead of the CPU accelerator's NotImplementedBuilder)",
     "aio_pinned": "op_compat.install_aligned_pin_memory (O_DIRECT needs page-aligned buffers)",
     "nvme_ckpt": "op_compat.install_nvme_ckpt_fix (per-rank offloaded_tensors/rankNN dir, as upstream e37c37acd)",
+    "sdpa_stub": "op_compat.install_sdpa_stub (F.scaled_dot_product_attention stub for DeepSpeed's flops profiler on torch<2)",
     "onebit_nccl": "onebit_backend.install (NcclBackend.compressed_allreduce ported to gloo: cupy needs CUDA)",
 }
 
@@ -229,6 +234,17 @@ def install_nvme_ckpt_fix(rank):
 
 
 # ----------------------------------------------------------------------------- selection
+def install_sdpa_stub():
+    import torch.nn.functional as F
+    if hasattr(F, "scaled_dot_product_attention"):
+        return False
+
+    def scaled_dot_product_attention(*a, **k):
+        raise NotImplementedError("torch 1.13 has no scaled_dot_product_attention (compat.install_sdpa_stub)")
+    F.scaled_dot_product_attention = scaled_dot_product_attention
+    return True
+
+
 def uses_nvme(cfg):
     z = cfg.get("zero_optimization") or {}
     return any((z.get(k) or {}).get("device") == "nvme" for k in ("offload_optimizer", "offload_param"))
@@ -249,6 +265,8 @@ def install_for(cfg, rank):
         import onebit_backend
         onebit_backend.install()
         applied.append("onebit_nccl")
+    if (cfg.get("flops_profiler") or {}).get("enabled") and install_sdpa_stub():
+        applied.append("sdpa_stub")
     if uses_nvme(cfg):
         install_aio()
         install_aligned_pin_memory()

@@ -202,6 +202,14 @@ def main(argv):
         sys.exit(f"no DeepSpeed source in {DS_SRC}: run setup.sh (or set DS_SRC)")
     with open(a.ds_config) as f:
         cfg = json.load(f)
+    zo = cfg.get("zero_optimization", {})
+    if int(cfg.get("sequence_parallel_size", 1)) > 1 and zo.get("stage") == 3 and (
+            zo.get("reduce_scatter", True) or not zo.get("contiguous_gradients", True)):
+        print("gen_case.py: note: with sequence parallelism ZeRO-3's reduce_scatter path (reduce_scatter true, the "
+              "default, or contiguous_gradients false) averages the gradients over every rank, not over "
+              "world/sequence_parallel_size as stages 0-2 and its contiguous all-reduce path do "
+              "(reduce_scatter_coalesced): gradients and norms come out 1/sp of stage 0's; README.md, "
+              "\"Sequence parallelism\"", file=sys.stderr)
     init_dir = os.path.abspath(a.init)
     desc = models.read_models(init_dir)
     if a.model not in desc:
@@ -229,7 +237,8 @@ def main(argv):
            "world_size": a.world_size, "generator": provenance(argv)}
     r0 = recs[0] or {}
     res["generator"]["openblas_core"] = r0.get("openblas_core")
-    for k in ("deepspeed_version", "torch_version", "accelerator", "comm_backend", "engine", "dtype"):
+    for k in ("deepspeed_version", "torch_version", "accelerator", "comm_backend", "engine", "dtype",
+              "sequence_parallel", "zero_init"):
         if k in r0:
             res[k] = r0[k]
     res["harness_patches"] = [compat.PATCH_NOTES[p] for p in r0.get("patches", [])]

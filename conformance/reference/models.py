@@ -9,12 +9,14 @@ description alone, as dszero does:
   a pre-LayerNorm GPT-2 decoder (learned positions, no dropout, LayerNorm eps 1e-5,
   tanh-GELU, causal softmax attention with head size 16 unless the entry says "heads",
   cross-entropy on fp32 logits; without lm_head the output reuses wte.weight);
+  with set_seq_parallel(SeqParallel) one rank of a DeepSpeed-Ulysses group (below);
 * fc1, fc2, ... (weight, bias): Linear layers with ReLU between them and a mean-squared
   error on fp32 outputs;
 * model.embed_tokens, model.layers.<i>.{self_attn, mlp, input_layernorm,
   post_attention_layernorm}, model.norm[, lm_head] ("arch": "llama"): a LlamaForCausalLM /
   Qwen2 / Qwen3 / Mistral of the entry's "llama_config" (a config.json), model/llama's own
-  plain-PyTorch twin of transformers (model/llama/testdata/reference/llama_ref.py), fp32 only,
+  plain-PyTorch twin of transformers (model/llama/testdata/reference/llama_ref.py), fp32 only
+  (with set_seq_parallel a Ulysses rank as the GPT: _llama_sp_attention),
   cross-entropy on the shifted tokens as GPT's.
 
 These are, op for op, the harness's TinyGPT and TinyMLP (shared/reference/harness), so a
@@ -112,15 +114,33 @@ class Attention(nn.Module):
         self.qkv = Linear(d, 3 * d)
         self.proj = Linear(d, d)
 
+        self.sp = None      # a SeqParallel (set by GPT.set_seq_parallel), not a submodule
+
     def forward(self, x):
         B, T, C = x.shape
         hd = C // self.heads
+        if self.sp is not None:
+            # Ulysses: q, k, v of the local tokens [B, T/sp, heads, hd] go through DeepSpeed's
+            # DistributedAttention (all-to-all to [B, T, heads/sp, hd], _local, all-to-all back)
+            q, k, v = (t.reshape(B, T, self.heads, hd) for t in self.qkv(x).split(C, dim=2))
+            y = self.sp.attention(self._local)(q, k, v, 0)                   # batch_dim_idx 0: [B, T/sp, heads, hd]
+            return self.proj(y.reshape(B, T, C))
         q, k, v = (t.reshape(B, T, self.heads, hd).transpose(1, 2) for t in self.qkv(x).split(C, dim=2))
         mask = torch.ones(T, T, dtype=torch.bool, device=x.device).triu(1)     # True above the diagonal
         att = _op(lambda q, k: (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(hd)), q, k)
         att = _op(lambda a: F.softmax(a.masked_fill(mask, float("-inf")), dim=-1), att)
         y = _op(lambda a, v: a @ v, att, v)                                    # [B, heads, T, hd]
         return self.proj(y.transpose(1, 2).contiguous().view(B, T, C))
+
+    def _local(self, q, k, v):
+        """The attention DistributedAttention wraps: q, k, v [B, T, h, hd] of h local heads over the
+        whole sequence, the same ops as forward()'s; returns [B, T, h, hd]."""
+        T, hd = q.shape[1], q.shape[3]
+        q, k, v = (t.transpose(1, 2) for t in (q, k, v))
+        mask = torch.ones(T, T, dtype=torch.bool, device=q.device).triu(1)
+        att = _op(lambda q, k: (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(hd)), q, k)
+        att = _op(lambda a: F.softmax(a.masked_fill(mask, float("-inf")), dim=-1), att)
+        return _op(lambda a, v: a @ v, att, v).transpose(1, 2)
 
 
 class MLPBlock(nn.Module):
@@ -160,6 +180,7 @@ class GPT(nn.Module):
     def __init__(self, vocab, context, d, heads, layers, width, tied):
         super().__init__()
         self.vocab, self.tied = vocab, tied
+        self.sp = None
         self.wte = nn.Embedding(vocab, d)
         self.wpe = nn.Embedding(context, d)
         self.blocks = nn.ModuleList([Block(d, heads, width) for _ in range(layers)])
@@ -173,7 +194,14 @@ class GPT(nn.Module):
             # DeepSpeed's legacy seqlen curriculum: the engine passes the length, and the model keeps the
             # first curriculum_seqlen positions of inputs and labels (as Megatron-DeepSpeed's GPT does)
             idx, targets = idx[:, :curriculum_seqlen], targets[:, :curriculum_seqlen]
-        pos = torch.arange(idx.shape[1], device=idx.device)
+        lo = 0
+        if self.sp is not None:
+            # Ulysses: this rank's tokens lo … lo+T/sp−1 of every sample, at their global positions
+            # (Megatron-DeepSpeed's get_batch slices tokens, labels and position_ids so)
+            Tl = idx.shape[1] // self.sp.size
+            lo = self.sp.rank * Tl
+            idx, targets = idx[:, lo:lo + Tl], targets[:, lo:lo + Tl]
+        pos = torch.arange(lo, lo + idx.shape[1], device=idx.device)
         x = _op(lambda a, b: a + b[None], self.wte(idx), self.wpe(pos))
         if progressive_layer_drop:
             # the engine passes pld_theta; the draws are DeepSpeedExamples' BertEncoder.forward, from numpy's
@@ -191,7 +219,60 @@ class GPT(nn.Module):
         h = self.ln_f(x)
         logits = _op(F.linear, h, self.wte.weight) if self.tied else self.lm_head(h)
         # the loss is always computed on fp32 logits (a no-op cast for fp32 runs)
+        if self.sp is not None:
+            tok = F.cross_entropy(logits.float().reshape(-1, self.vocab), targets.reshape(-1), reduction="none")
+            whole = self.sp.gather_losses(tok.reshape(targets.shape))         # [sp, B, T/sp]
+            return whole.sum() / whole.numel()
         return F.cross_entropy(logits.float().reshape(-1, self.vocab), targets.reshape(-1))
+
+    def set_seq_parallel(self, sp):
+        """Runs the model as one rank of a Ulysses group (a SeqParallel; None: whole sequences)."""
+        self.sp = sp
+        for blk in self.blocks:
+            blk.attn.sp = sp
+
+
+# ----------------------------------------------------------------------------- Ulysses
+class _GatherSequence(torch.autograd.Function):
+    """Forward: the SP group's per-token losses [sp, ...] (an all_gather). Backward: the rank's own
+    slice of the gradient. This is the loss of DeepSpeed's vocab_sequence_parallel_cross_entropy
+    (deepspeed/sequence/cross_entropy.py, new in v0.15.0 with the HF integration, #5774; the same
+    as Megatron-DeepSpeed's): every rank gets the loss over the whole sequence and
+    differentiates its own tokens' share of it."""
+
+    @staticmethod
+    def forward(ctx, x, group, rank, size):
+        ctx.rank = rank
+        parts = [torch.empty_like(x) for _ in range(size)]
+        torch.distributed.all_gather(parts, x.contiguous(), group=group)
+        return torch.stack(parts)
+
+    @staticmethod
+    def backward(ctx, g):
+        return g[ctx.rank], None, None, None
+
+
+class SeqParallel:
+    """One rank's Ulysses group: its torch process group, rank in it and size. attention() wraps a
+    local attention in DeepSpeed's own deepspeed.sequence.layer.DistributedAttention (scatter the
+    heads, gather the sequence: scatter_idx 2, gather_idx 1, batch_dim_idx 0)."""
+
+    def __init__(self, group, rank, size):
+        self.group, self.rank, self.size = group, rank, size
+        self._attn = {}
+
+    def attention(self, local, key=None):
+        """DistributedAttention around local, one per attention module (key, or local's module);
+        a new local function of the same key replaces the wrapped one."""
+        from deepspeed.sequence.layer import DistributedAttention
+        k = id(key if key is not None else local.__self__)
+        if k not in self._attn:
+            self._attn[k] = DistributedAttention(local, self.group, scatter_idx=2, gather_idx=1)
+        self._attn[k].local_attn = local
+        return self._attn[k]
+
+    def gather_losses(self, tok):
+        return _GatherSequence.apply(tok, self.group, self.rank, self.size)
 
 
 # ----------------------------------------------------------------------------- MLP
@@ -228,20 +309,75 @@ def build_llama(config):
     import llama_ref
 
     class LlamaCase(llama_ref.ForCausalLM):
+        sp = None   # a SeqParallel (set_seq_parallel), not a submodule
+
         def forward(self, tokens):
             idx, targets = tokens[:, :-1], tokens[:, 1:]
             B, T = idx.shape
             position_ids = torch.arange(T)[None].expand(B, T)
+            whole = position_ids
+            if self.sp is not None:
+                # Ulysses: this rank's tokens lo … lo+T/sp−1, RoPE at their global positions
+                Tl = T // self.sp.size
+                lo = self.sp.rank * Tl
+                idx, targets = idx[:, lo:lo + Tl], targets[:, lo:lo + Tl]
+                position_ids = torch.arange(lo, lo + Tl)[None].expand(B, Tl)
             h = self.model.embed_tokens(idx)
             cos, sin = llama_ref.rotary(self.cfg, position_ids, h.dtype)
             for layer in self.model.layers:
-                h = layer(h, cos, sin, position_ids)
+                if self.sp is None:
+                    h = layer(h, cos, sin, position_ids)
+                    continue
+                # DecoderLayer.forward with the attention through DistributedAttention
+                h = h + _llama_sp_attention(llama_ref, layer.self_attn, layer.input_layernorm(h), cos, sin, whole, self.sp)
+                h = h + layer.mlp(layer.post_attention_layernorm(h))
             h = self.model.norm(h)
             if self.cfg.tie_word_embeddings:
                 raise SystemExit("llama: tied embeddings are not built here (ZeRO-3 would not gather the head)")
+            if self.sp is not None:
+                V = self.cfg.vocab_size
+                tok = F.cross_entropy(self.lm_head(h).float().reshape(-1, V), targets.reshape(-1), reduction="none")
+                whole_loss = self.sp.gather_losses(tok.reshape(targets.shape))   # [sp, B, T/sp]
+                return whole_loss.sum() / whole_loss.numel()
             return llama_ref.loss(self.lm_head(h), targets)
 
+        def set_seq_parallel(self, sp):
+            """Runs the model as one rank of a Ulysses group (a SeqParallel; None: whole sequences)."""
+            self.sp = sp
+
     return LlamaCase(llama_ref.Cfg(config))
+
+
+def _llama_sp_attention(ref, attn, x, cos, sin, whole_positions, sp):
+    """llama_ref.Attention.forward for the rank's T/sp tokens x [B, T/sp, H] under Ulysses: q, k, v
+    projected (and q/k-normed, RoPE'd at the tokens' global positions) locally, as [B, T/sp, heads,
+    D], then DeepSpeed's DistributedAttention (scatter_idx 2, gather_idx 1, batch_dim_idx 0) scatters
+    the q heads and the kv heads over the group (4 q and 2 kv heads over sp 2: q heads 2s, 2s+1 with
+    kv head s, GQA's own grouping) and gathers the sequence for the same causal attention as
+    forward()'s; o_proj on the local tokens."""
+    B, Tl, _ = x.shape
+    D = attn.cfg.head_dim
+    q = attn.q_proj(x).view(B, Tl, -1, D)
+    k = attn.k_proj(x).view(B, Tl, -1, D)
+    if attn.cfg.qk_norm:
+        q, k = attn.q_norm(q), attn.k_norm(k)
+    v = attn.v_proj(x).view(B, Tl, -1, D)
+    c, s = cos.unsqueeze(2), sin.unsqueeze(2)
+    q = (q * c) + (ref.rotate_half(q) * s)
+    k = (k * c) + (ref.rotate_half(k) * s)
+
+    def local(q, k, v):                          # [B, T, h, D], [B, T, h_kv, D] → [B, T, h, D]
+        q, k, v = (t.transpose(1, 2) for t in (q, k, v))
+        rep = q.shape[1] // k.shape[1]
+        k, v = ref.repeat_kv(k, rep), ref.repeat_kv(v, rep)
+        w = torch.matmul(q, k.transpose(2, 3)) * attn.scaling
+        ok = ref.allowed_mask(whole_positions, attn.window)
+        w = w + torch.where(ok, 0.0, torch.finfo(w.dtype).min).to(w.dtype)
+        w = F.softmax(w, dim=-1, dtype=torch.float32).to(q.dtype)
+        return torch.matmul(w, v).transpose(1, 2)
+
+    o = sp.attention(local, key=attn)(q, k, v, 0)
+    return attn.o_proj(o.reshape(B, Tl, -1))
 
 
 # ----------------------------------------------------------------------------- description
@@ -308,7 +444,9 @@ class Data:
     """The samples of a *_data.safetensors in order (leading dims [step, sample] flattened).
 
     Step s, micro-step m, rank r reads micro-batch mb = m*world + r: samples
-    s*G + mb*B ... s*G + mb*B + B-1 (mod the number of samples), G = B*GAS*world."""
+    s*G + mb*B ... s*G + mb*B + B-1 (mod the number of samples), G = B*GAS*world. With
+    sequence parallelism rank and world are the data-parallel ones (rank // sp, world / sp):
+    the sp ranks of a group read the same samples, and the GPT keeps the rank's tokens."""
 
     def __init__(self, path, arch):
         t, _ = load_safetensors(path)

@@ -9,8 +9,14 @@ and micro-steps), this rank's micro-step losses, the gradient norm, the loss sca
 the skipped-step count. Rank 0 also writes the final fp32 weights: final_fp32_live*.safetensors
 (DeepSpeed's safe_get_full_fp32_param on the live engine) and, for the uninterrupted run,
 final_fp32.safetensors (zero_to_fp32 of the last checkpoint; see final_fp32()).
+
+With "sequence_parallel_size" sp > 1 in the ds_config (a key DeepSpeed 0.14.5 itself does not
+read) the rank runs DeepSpeed-Ulysses as Megatron-DeepSpeed drives it: the groups come from an
+mpu (UlyssesMPU), the GPT's attention goes through deepspeed.sequence.layer.DistributedAttention,
+an SP group's ranks read the same samples and each keeps its slice of the tokens (models.py).
 """
 import argparse
+import copy
 import json
 import os
 import sys
@@ -115,6 +121,53 @@ def final_fp32(engine, ckpt_dir, tag, live, res):
         return live
 
 
+class UlyssesMPU:
+    """The mpu DeepSpeed 0.14.5 takes its sequence-parallel groups from (deepspeed/utils/groups.py,
+    _get_sequence_parallel_group and the rest: 0.14.5 reads no sequence_parallel_size from the
+    ds_config, only from an mpu, as Megatron-DeepSpeed passes its parallel_state). This is that
+    parallel_state for tensor and pipeline parallel size 1 and sequence_parallel_size sp
+    (megatron/core/parallel_state.py, initialize_model_parallel): the sequence-parallel groups
+    are sp consecutive ranks, the data-parallel groups the ranks with the same place in them
+    (stride sp, so rank r is data-parallel rank r // sp), the sequence-data-parallel group
+    (ZeRO's dp_process_group and the gradient reduction's) is every rank, and each rank is its
+    own model-parallel group. Every rank creates every group, in the same order."""
+
+    def __init__(self, world, sp, rank):
+        td = torch.distributed
+        if sp < 1 or world % sp:
+            raise SystemExit(f"sequence_parallel_size {sp} does not divide the world size {world}")
+        self.sp, self.dp, self.rank = sp, world // sp, rank
+        for g in range(world // sp):
+            grp = td.new_group(list(range(g * sp, (g + 1) * sp)))
+            if rank // sp == g:
+                self.sp_group = grp
+        for j in range(sp):
+            grp = td.new_group(list(range(j, world, sp)))
+            if rank % sp == j:
+                self.dp_group = grp
+        for r in range(world):
+            grp = td.new_group([r])
+            if r == rank:
+                self.mp_group = grp
+        self.sdp_group = td.new_group(list(range(world)))
+
+    def get_sequence_parallel_world_size(self): return self.sp
+    def get_sequence_parallel_rank(self): return self.rank % self.sp
+    def get_sequence_parallel_group(self): return self.sp_group
+    def get_data_parallel_world_size(self): return self.dp
+    def get_data_parallel_rank(self): return self.rank // self.sp
+    def get_data_parallel_group(self): return self.dp_group
+    def get_sequence_data_parallel_world_size(self): return self.sp * self.dp
+    def get_sequence_data_parallel_rank(self): return self.rank
+    def get_sequence_data_parallel_group(self): return self.sdp_group
+    def get_model_parallel_world_size(self): return 1
+    def get_model_parallel_rank(self): return 0
+    def get_model_parallel_group(self): return self.mp_group
+    get_tensor_model_parallel_world_size = get_model_parallel_world_size
+    get_tensor_model_parallel_rank = get_model_parallel_rank
+    get_tensor_model_parallel_group = get_model_parallel_group
+
+
 def train(spec, resume, res):
     import deepspeed
     from deepspeed.accelerator import get_accelerator
@@ -131,12 +184,39 @@ def train(spec, resume, res):
     init, _ = models.load_safetensors(models.init_file(spec["init_dir"], desc["init_file"]))
     model.load_state_dict(init, strict=True)
     data = models.Data(models.init_file(spec["init_dir"], desc["data_file"]), models.arch_of(desc))
+    sp, mpu = int(cfg.get("sequence_parallel_size", 1)), None
+    dp_rank, dp_world = RANK, world
+    if sp > 1:
+        if not hasattr(model, "set_seq_parallel"):
+            raise SystemExit(f"sequence_parallel_size {sp}: the {models.arch_of(desc)} model has no Ulysses path here (the GPT and the Llama family have)")
+        mpu = UlyssesMPU(world, sp, RANK)
+        model.set_seq_parallel(models.SeqParallel(mpu.get_sequence_parallel_group(), mpu.get_sequence_parallel_rank(), sp))
+        dp_rank, dp_world = mpu.get_data_parallel_rank(), mpu.get_data_parallel_world_size()
+        res["sequence_parallel"] = {
+            "size": sp, "data_parallel_size": dp_world,
+            "groups": "UlyssesMPU (rank_train.py), passed as deepspeed.initialize(mpu=...): sequence-parallel groups of "
+                      "sp consecutive ranks, data-parallel rank r // sp, ZeRO over every rank",
+            "attention": "deepspeed.sequence.layer.DistributedAttention(scatter_idx=2, gather_idx=1), batch_dim_idx 0",
+            "loss": "per-token cross-entropy all-gathered over the group, mean over the whole sequence; backward takes "
+                    "the rank's slice (deepspeed/sequence/cross_entropy.py of v0.15.0, models._GatherSequence)",
+            "data": "an SP group reads data-parallel rank r // sp's samples; member s keeps tokens s*T/sp ... at global positions"}
+        if cfg.get("zero_optimization", {}).get("stage", 0) == 3:
+            # ZeRO-3 partitions the parameters over the group zero.Init names. Left to itself the
+            # engine converts the module with mpu.get_data_parallel_group() (parameter_offload.py,
+            # _convert_to_zero_parameters) while its optimizer reduces and partitions over the
+            # sequence-data-parallel group: DeepSpeed 0.14.5 then trains other numbers (each
+            # rank's fp32 partition is the whole model, the losses drift from stage 0's by 3e-2
+            # in 10 steps). Megatron-DeepSpeed builds its model inside
+            # zero.Init(sequence_data_parallel_group=...); here the loaded module is converted so.
+            deepspeed.zero.Init(module=model, sequence_data_parallel_group=mpu.get_sequence_data_parallel_group(),
+                                config_dict_or_path=copy.deepcopy(cfg), mpu=mpu)
+            res["zero_init"] = "deepspeed.zero.Init(module=model, sequence_data_parallel_group=<every rank>)"
 
     captured = {}
     capture_stage0_norm(captured)
     # DeepSpeed edits the dict it is given (it pops "torch_adam"): cfg is this rank's own interned copy,
     # and gen_case.py records the config as given.
-    engine, _, _, scheduler = deepspeed.initialize(model=model, model_parameters=model.parameters(), config=cfg)
+    engine, _, _, scheduler = deepspeed.initialize(model=model, model_parameters=model.parameters(), config=cfg, mpu=mpu)
     B, gas = engine.train_micro_batch_size_per_gpu(), engine.gradient_accumulation_steps()
     res["engine"] = {"optimizer_wrapper": type(engine.optimizer).__name__,
                      "basic_optimizer": type(engine.basic_optimizer).__name__
@@ -144,7 +224,9 @@ def train(spec, resume, res):
                      "scheduler": type(scheduler).__name__ if scheduler is not None else None,
                      "zero_stage": engine.zero_optimization_stage(), "bf16": engine.bfloat16_enabled(),
                      "fp16": engine.fp16_enabled(), "train_batch_size": engine.train_batch_size(),
-                     "micro_batch_size": B, "gradient_accumulation_steps": gas, "world_size": world}
+                     "micro_batch_size": B, "gradient_accumulation_steps": gas, "world_size": world,
+                     "sequence_parallel_size": engine.sequence_parallel_size,
+                     "dp_world_size": engine.dp_world_size, "seq_dp_world_size": engine.seq_dp_world_size}
     res["dtype"] = str(next(engine.module.parameters()).dtype)
 
     ckpt_dir, start = spec["ckpt_dir"], 0
@@ -169,7 +251,7 @@ def train(spec, resume, res):
         t0 = time.perf_counter()
         micro = []
         for m in range(gas):
-            loss = engine(data.micro_batch(s, m, RANK, B, gas, world))
+            loss = engine(data.micro_batch(s, m, dp_rank, B, gas, dp_world))    # an SP group's ranks read the same samples
             engine.backward(loss)
             engine.step()
             micro.append(float(loss.item()))

@@ -56,9 +56,12 @@ func (c Config) FlopModules(s model.FlopShape) []model.FlopModule {
 		t.Add(model.LayerNorm("ln1", p+"ln1", N, C, eps, 32))
 		attn := model.Container("attn", "CausalSelfAttention")
 		// q @ kᵀ: q (B, NH, T, HS) times kᵀ's T columns; att @ v: att
-		// (B, NH, T, T) times v's HS columns; each N·T·C.
-		attn.MACs = model.MatmulMACs(int64(N)*int64(C), T) + model.MatmulMACs(int64(B)*int64(NH)*int64(T)*int64(T), C/NH)
-		attn.FLOPs = 2*attn.MACs + int64(B)*int64(NH)*int64(T)*int64(T) // softmax
+		// (B, NH, T, T) times v's HS columns; each N·T·C. Under Ulysses
+		// NH/sp heads over the whole sp·T tokens (FlopShape.Attention).
+		h, Ta := s.Attention(NH)
+		scores := int64(B) * int64(h) * int64(Ta) * int64(Ta)
+		attn.MACs = model.MatmulMACs(int64(B)*int64(h)*int64(Ta)*int64(C/NH), Ta) + model.MatmulMACs(scores, C/NH)
+		attn.FLOPs = 2*attn.MACs + scores // softmax
 		t.Enter(attn)
 		t.Add(model.Linear("qkv", p+"attn.qkv", N, C, 3*C, true))
 		t.Add(model.Linear("proj", p+"attn.proj", N, C, C, true))

@@ -79,7 +79,8 @@ func (c Config) FlopModules(s model.FlopShape) []model.FlopModule {
 		t.Enter(layer)
 
 		attn := model.Container("self_attn", pre+"Attention")
-		attn.MACs = model.SDPAMACs(B, c.Heads, T, D, T, D)
+		h, Ta := s.Attention(c.Heads) // Ulysses: heads/sp over sp·T
+		attn.MACs = model.SDPAMACs(B, h, Ta, D, Ta, D)
 		attn.FLOPs = 2 * attn.MACs
 		t.Enter(attn)
 		t.Add(model.Linear("q_proj", p+"self_attn.q_proj", N, H, Q, c.qkvBias()))

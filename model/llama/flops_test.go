@@ -167,3 +167,24 @@ func TestFlopModulesLlama32Totals(t *testing.T) {
 		t.Errorf("MACs, FLOPs, params (-hand +got):\n%s", d)
 	}
 }
+
+// TestFlopModulesSeqParallel: under Ulysses (FlopShape.SeqParallel 2,
+// Seq the rank's 8 of 16 tokens) each attention module counts SDPA on
+// heads/2 = 2 of tiny-llama's 4 heads over all 16 tokens, half the whole
+// sequence's; the linears count the rank's 8 tokens.
+func TestFlopModulesSeqParallel(t *testing.T) {
+	cfg, err := Preset("tiny-llama")
+	if err != nil {
+		t.Fatal(err)
+	}
+	whole := ownCounts(cfg.FlopModules(model.FlopShape{Batch: 2, Seq: 16}))
+	rank := ownCounts(cfg.FlopModules(model.FlopShape{Batch: 2, Seq: 8, SeqParallel: 2}))
+	D := int64(cfg.WithDefaults().HeadDim)
+	// q·kᵀ and w·v: B·h·T·T·D each, B 2, h 2, T 16
+	if got, want := rank["model.layers.0.self_attn"].MACs, 2*(2*2*16*16*D); got != want || 2*got != whole["model.layers.0.self_attn"].MACs {
+		t.Errorf("attention MACs per rank %d, want %d (half of %d)", got, want, whole["model.layers.0.self_attn"].MACs)
+	}
+	if got, w := rank["model.layers.0.self_attn.q_proj"].MACs, whole["model.layers.0.self_attn.q_proj"].MACs; 2*got != w {
+		t.Errorf("q_proj MACs per rank %d, want half of %d", got, w)
+	}
+}
