@@ -237,7 +237,7 @@ func Run(c Case) (rep Report) {
 		if err = model.ReadLayout(file, &a.layout, want); err == nil {
 			rep.WeightsFile = file
 			var mask []bool
-			if mask, err = a.noiseDriven(init, int(plan.Batch.TrainMicroBatchSizePerGPU), int(plan.Batch.GradientAccumulationSteps), rep.World); err == nil {
+			if mask, err = a.noiseDriven(init, noiseCheckOf(plan, rep.World, c.Result.Steps, tol)); err == nil {
 				rep.Weights, rep.Noise = splitWeights(got.Final, want, init, mask, &a.layout, tol)
 			}
 		} else {
@@ -261,8 +261,9 @@ func Run(c Case) (rep Report) {
 			problems = append(problems, fmt.Sprintf("%s: max %s %.2e > %.0e", m.name, what, d, m.m.Tol))
 		}
 	}
-	if n := rep.Noise; n != nil && !n.Weights.OK() {
-		problems = append(problems, fmt.Sprintf("noise-driven weights (%d elements): max |Δ| %.2e > %.2e (the tolerance + twice the smaller run's largest move of them)", n.Weights.N, n.Weights.MaxAbs, n.Weights.Tol))
+	if n := rep.Noise; n != nil && !n.OK() {
+		name, m := n.Worst()
+		problems = append(problems, fmt.Sprintf("noise-driven weights (%d elements): %s: max |Δ| %.2e > %.2e (the tolerance + twice the smaller run's largest move of its %d)", n.N(), name, m.MaxAbs, m.Tol, m.N))
 	}
 	if rep.Loss.N == 0 {
 		problems = append(problems, "no step losses compared")
