@@ -230,15 +230,19 @@ func modelStates(e *zero.Engine, st zero.State, l *model.Layout, work []float32,
 	dtype := plan.Precision.DType
 	if stage == 0 && !partitionedStage0(stage, dtype) {
 		g := st.Strategy.Groups[0]
-		state := ptfile.NewDict()
-		for i, sp := range l.Specs {
-			state.Set(i, torchState(g.Optim, sp.Offset, sp.Offset+sp.Numel, 0, shape64(sp.Shape)))
+		if w := zero.FP16WrapperOf(plan); w != zero.NoFP16Wrapper {
+			d.Set("optimizer", fp16WrapperState(w, st, g, l, plan)) // the master inside
+		} else {
+			state := ptfile.NewDict()
+			for i, sp := range l.Specs {
+				state.Set(i, torchState(g.Optim, sp.Offset, sp.Offset+sp.Numel, 0, shape64(sp.Shape)))
+			}
+			d.Set("optimizer", ptfile.DictOf("state", state, "param_groups", ptfile.List{paramGroup(g.Optim, len(l.Specs), groupTypes(plan))}))
+			if dtype != "fp32" {
+				master16 = g.Master
+			}
 		}
-		d.Set("optimizer", ptfile.DictOf("state", state, "param_groups", ptfile.List{paramGroup(g.Optim, len(l.Specs), groupTypes(plan))}))
 		d.Set("param_shapes", nil)
-		if dtype != "fp32" {
-			master16 = g.Master
-		}
 	} else {
 		d.Set("optimizer", nil)
 		d.Set("param_shapes", paramShapes(l, order))
