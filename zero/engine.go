@@ -432,6 +432,8 @@ func (e *Engine) Step() (StepStats, error) {
 	st := StepStats{Step: e.globalSteps, LR: e.LR(), LossScale: e.scaler.Scale()}
 	in := StepInput{LR: st.LR, LossScale: st.LossScale,
 		CheckOverflow: e.plan.Precision.DType == "fp16" || e.plan.Precision.DType == "bf16" && e.plan.Precision.BF16CheckGradOverflow}
+	// The 1-bit optimizers keep their own fp16 path (onebit.go), which no
+	// reference case here has checked against this ordering.
 	fp16 := e.plan.Precision.DType == "fp16" && !isOneBit(e.plan)
 	if fp16 {
 		in.LossScale = lossscale.CleanScale(e.scaler) // fp16wrap.go
