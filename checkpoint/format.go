@@ -59,14 +59,10 @@ func pyNumber(x float64) any {
 }
 
 // clientState is what an exact resume needs beyond DeepSpeed's keys.
-func clientState(st zero.State, master16 []float32) *ptfile.Dict {
-	d := ptfile.DictOf("format", 1, "zero_stage", st.Strategy.Stage,
+func clientState(st zero.State) *ptfile.Dict {
+	return ptfile.DictOf("format", 1, "zero_stage", st.Strategy.Stage,
 		"loss_scaler", ptfile.DictOf("cur_scale", st.Scaler.CurScale, "cur_iter", st.Scaler.CurIter,
 			"last_overflow_iter", st.Scaler.LastOverflowIter, "cur_hysteresis", st.Scaler.CurHysteresis, "dynamic", st.Dynamic))
-	if master16 != nil {
-		d.Set("fp32_master", ptfile.ViewFloat32([]int64{int64(len(master16))}, master16))
-	}
-	return d
 }
 
 // torchState is one flat parameter's entry of a torch optimizer's state:
@@ -226,7 +222,6 @@ func modelStates(e *zero.Engine, st zero.State, l *model.Layout, work []float32,
 	d := ptfile.NewDict()
 	d.Set("module", module(l, work, plan.Precision.DType, stage))
 	d.Set("buffer_names", ptfile.List{})
-	var master16 []float32
 	dtype := plan.Precision.DType
 	if stage == 0 && !partitionedStage0(stage, dtype) {
 		g := st.Strategy.Groups[0]
@@ -238,9 +233,6 @@ func modelStates(e *zero.Engine, st zero.State, l *model.Layout, work []float32,
 				state.Set(i, torchState(g.Optim, sp.Offset, sp.Offset+sp.Numel, 0, shape64(sp.Shape)))
 			}
 			d.Set("optimizer", ptfile.DictOf("state", state, "param_groups", ptfile.List{paramGroup(g.Optim, len(l.Specs), groupTypes(plan))}))
-			if dtype != "fp32" {
-				master16 = g.Master
-			}
 		}
 		d.Set("param_shapes", nil)
 	} else {
@@ -280,7 +272,7 @@ func modelStates(e *zero.Engine, st zero.State, l *model.Layout, work []float32,
 	d.Set("mp_world_size", int64(1))
 	d.Set("ds_config", dsConfig)
 	d.Set("ds_version", DSVersion)
-	cs := clientState(st, master16)
+	cs := clientState(st)
 	if stage == 0 && !partitionedStage0(stage, dtype) {
 		if r := resumeList(st.Strategy.Groups); r != nil {
 			cs.Set("optim_resume", r)
