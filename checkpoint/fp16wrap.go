@@ -30,7 +30,8 @@ import (
 // of the config: FP16_UnfusedOptimizer's scale_factor 2.0 turns it into a
 // float at the first growth or overflow, FP16_Optimizer's int 2 keeps it
 // an int through growth, its true division by 2 at the first overflow
-// makes it a float. A static scale is written as pyNumber writes it.
+// makes it a float. A static scale is written as pyNumber writes it, and
+// its cur_iter is the number of steps taken (skipped ones too).
 //
 // The master lives there, not in dszero's client state.
 
@@ -45,7 +46,11 @@ func fp16WrapperState(w zero.FP16Wrapper, st zero.State, g zcore.GroupState, l *
 			cur = int64(sc.CurScale)
 		}
 	}
-	d := ptfile.DictOf("dynamic_loss_scale", st.Dynamic, "cur_scale", cur, "cur_iter", int64(sc.CurIter))
+	iter := int64(sc.CurIter)
+	if !st.Dynamic {
+		iter = st.GlobalSteps // _update_scale counts every step with a static scale too
+	}
+	d := ptfile.DictOf("dynamic_loss_scale", st.Dynamic, "cur_scale", cur, "cur_iter", iter)
 	if st.Dynamic {
 		var factor any = 2.0
 		if w == zero.FP16Fused {
