@@ -90,7 +90,11 @@ func saveShipped(t *testing.T) map[string]map[string]string {
 // of commit d022d73: ExportState's copies, tensors copied to bytes,
 // ptfile.Write, sha256 read back). testdata/save_sha256.json holds that
 // writer's sha256s; regenerate it only from that writer, by running this
-// test at commit d022d73 with DSZERO_WRITE_SAVE_SHA256=1.
+// test at commit d022d73 with DSZERO_WRITE_SAVE_SHA256=1. Except z0_fp16:
+// since stage-0 fp16 trains as DeepSpeed's fp16 wrappers do (their initial
+// zero-gradient step) and saves their state_dict (fp16wrap.go), that
+// file is new, and its entry comes from this writer (branch ds20), which
+// TestSaveAsyncMatchesSync then holds the asynchronous save to.
 func TestSaveBytesUnchanged(t *testing.T) {
 	if testing.Short() {
 		t.Skip("trains 16 cases")

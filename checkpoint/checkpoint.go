@@ -634,6 +634,13 @@ func checkShapes(ms any, l *model.Layout, stage int, file string) error {
 
 func readStage0(ms any, st *zero.State, l *model.Layout, dtype string) error {
 	g := zcore.GroupState{Optim: zcore.OptimState{State: map[string][]float32{}}}
+	if ok, err := readFP16Wrapper(ms, &g, l); ok { // fp16: FP16_Optimizer's or FP16_UnfusedOptimizer's state_dict
+		if err != nil {
+			return err
+		}
+		st.Strategy.Groups = []zcore.GroupState{g}
+		return readResume(ms, clientKey+".optim_resume", st.Strategy.Groups)
+	}
 	for i := range l.Specs {
 		if err := readTorchState(ms, fmt.Sprintf("optimizer.state[%d]", i), &g.Optim, nil); err != nil {
 			return err

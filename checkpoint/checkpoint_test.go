@@ -266,7 +266,8 @@ func TestResumeIsBitExact(t *testing.T) {
 		dsAdam   bool // DeepSpeed's Adam, whose running β products are not in the state dict
 	}{{0, "fp32", 0, false}, {1, "fp32", 0, false}, {2, "fp32", 0, false}, {3, "fp32", 0, false}, {3, "fp32", 3000, false},
 		{0, "bf16", 0, false}, {1, "bf16", 0, false}, {2, "bf16", 0, false}, {3, "bf16", 0, false}, {2, "fp16", 0, false},
-		{0, "fp32", 0, true}, {2, "fp32", 0, true}, {3, "fp32", 3000, true}, {0, "bf16", 0, true}} {
+		{0, "fp32", 0, true}, {2, "fp32", 0, true}, {3, "fp32", 3000, true}, {0, "bf16", 0, true},
+		{0, "fp16", 0, false}, {0, "fp16", 0, true}} { // FP16_UnfusedOptimizer's and FP16_Optimizer's state_dict
 		name := fmt.Sprintf("z%d_%s_sg%d", tc.stage, tc.dtype, tc.subGroup)
 		js := stageJSON(tc.stage, tc.dtype, tc.subGroup)
 		if tc.dsAdam {

@@ -16,8 +16,11 @@
 // at stages 0–2, empty placeholders at stage 3), buffer_names,
 // param_shapes (one OrderedDict name → torch.Size), the lr scheduler's
 // state, global_steps, skipped_steps, global_samples, dp_world_size,
-// ds_config and ds_version; at stage 0 in fp32 and fp16 also the whole
-// torch optimizer state dict (one state entry per parameter). An
+// ds_config and ds_version; at stage 0 in fp32 also the whole torch
+// optimizer state dict (one state entry per parameter), in fp16 the state
+// dict of DeepSpeed's fp16 wrapper around it, which holds the fp32 master
+// and the loss scale (FP16_UnfusedOptimizer's or FP16_Optimizer's,
+// fp16wrap.go). An
 // optim-states file holds the rank's fp32 partition and the base
 // optimizer's state over it:
 //
@@ -36,7 +39,8 @@
 // Stages 1–3 also carry loss_scaler (DeepSpeed's LossScaler object),
 // dynamic_loss_scale and overflow. What DeepSpeed does not save but an exact resume needs —
 // the dynamic loss scaler's cur_iter, last_overflow_iter and
-// cur_hysteresis, and at stage 0 in fp16 training the fp32 master — is
+// cur_hysteresis (and, in checkpoints of dszero before its stage-0 fp16
+// wrappers, which the loader still reads, the fp32 master) — is
 // client state under the key "dszero", as DeepSpeed keeps any client
 // state at the top of the model-states file.
 //

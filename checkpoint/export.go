@@ -277,9 +277,19 @@ func locate(path string, man manifest, dtype string, open func(string, int) (*pt
 		if err != nil {
 			return nil, nil, nil, err
 		}
-		master, _ := ptfile.Lookup(ms.Root, "dszero.fp32_master")
+		// The fp32 master of 16-bit training: the fp16 wrapper's
+		// (fp16wrap.go), flat or per parameter, or dszero's own copy
+		// (bf16, and fp16 checkpoints of earlier dszero versions); fp32
+		// training's module is the master.
+		master, _ := ptfile.Lookup(ms.Root, "optimizer.fp32_groups_flat[0]")
+		if master == nil {
+			master, _ = ptfile.Lookup(ms.Root, "dszero.fp32_master")
+		}
 		mt, _ := master.(*ptfile.Tensor)
+		copies, _ := ptfile.Lookup(ms.Root, "optimizer.fp32_groups[0]")
+		perParam, _ := copies.(ptfile.List)
 		var off int64
+		i := 0
 		for k, v := range mod.All() {
 			t, ok := v.(*ptfile.Tensor)
 			if !ok {
@@ -287,12 +297,23 @@ func locate(path string, man manifest, dtype string, open func(string, int) (*pt
 			}
 			n := t.Numel()
 			names, shapes = append(names, fmt.Sprint(k)), append(shapes, ints(t.Shape))
-			if mt != nil {
+			switch {
+			case mt != nil:
 				where = append(where, []piece{tensorPiece(ms, mt, off, n)})
-			} else {
+			case perParam != nil:
+				if i >= len(perParam) {
+					return nil, nil, nil, fmt.Errorf("optimizer.fp32_groups[0] has %d fp32 copies, module more", len(perParam))
+				}
+				c, ok := perParam[i].(*ptfile.Tensor)
+				if !ok || c.Numel() != n {
+					return nil, nil, nil, fmt.Errorf("optimizer.fp32_groups[0][%d] is not module[%v]'s fp32 copy (%s)", i, k, ptfile.TypeName(perParam[i]))
+				}
+				where = append(where, []piece{tensorPiece(ms, c, 0, n)})
+			default:
 				where = append(where, []piece{tensorPiece(ms, t, 0, n)})
 			}
 			off += n
+			i++
 		}
 		flat := make([]partition.Param, len(names))
 		for i := range names {

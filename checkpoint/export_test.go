@@ -3,6 +3,7 @@ package checkpoint_test
 import (
 	"fmt"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/dszero/dszero/checkpoint"
@@ -46,9 +47,17 @@ func TestExport(t *testing.T) {
 	for _, tc := range []struct {
 		stage, world, subGroup int
 		dtype                  string
-	}{{0, 1, 0, "fp32"}, {1, 2, 0, "fp32"}, {2, 3, 0, "fp32"}, {3, 2, 1000, "fp32"}, {3, 3, 0, "fp32"}, {2, 2, 0, "fp16"}, {3, 2, 0, "bf16"}} {
-		t.Run(fmt.Sprintf("z%d_w%d_%s", tc.stage, tc.world, tc.dtype), func(t *testing.T) {
-			plan, err := ztest.Plan(stageJSON(tc.stage, tc.dtype, tc.subGroup), tc.world)
+		fused                  bool // FusedAdam: at stage 0 in fp16, FP16_Optimizer's flat master (else FP16_UnfusedOptimizer's copies)
+	}{{0, 1, 0, "fp32", false}, {1, 2, 0, "fp32", false}, {2, 3, 0, "fp32", false}, {3, 2, 1000, "fp32", false}, {3, 3, 0, "fp32", false},
+		{2, 2, 0, "fp16", false}, {3, 2, 0, "bf16", false}, {0, 2, 0, "fp16", false}, {0, 2, 0, "fp16", true}} {
+		name := fmt.Sprintf("z%d_w%d_%s", tc.stage, tc.world, tc.dtype)
+		js := stageJSON(tc.stage, tc.dtype, tc.subGroup)
+		if tc.fused {
+			name += "_fusedadam"
+			js = strings.Replace(js, `"torch_adam": true`, `"torch_adam": false`, 1)
+		}
+		t.Run(name, func(t *testing.T) {
+			plan, err := ztest.Plan(js, tc.world)
 			if err != nil {
 				t.Fatal(err)
 			}

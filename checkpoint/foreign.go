@@ -75,6 +75,9 @@ func foreignManifest(path, dtype string) (manifest, error) {
 // at stage 0, where there is none in fp32, leaves the static scale of 1.
 func readDSScaler(v any, st *zero.State) error {
 	st.Scaler, st.Dynamic = lossscale.State{CurScale: 1}, false
+	if ok, err := readFP16WrapperScaler(v, st); ok { // stage-0 fp16
+		return err
+	}
 	x, err := ptfile.Lookup(v, "optimizer_state_dict.loss_scaler")
 	if err != nil {
 		return nil // none: fp32/bf16 without a scaler

@@ -59,14 +59,10 @@ func pyNumber(x float64) any {
 }
 
 // clientState is what an exact resume needs beyond DeepSpeed's keys.
-func clientState(st zero.State, master16 []float32) *ptfile.Dict {
-	d := ptfile.DictOf("format", 1, "zero_stage", st.Strategy.Stage,
+func clientState(st zero.State) *ptfile.Dict {
+	return ptfile.DictOf("format", 1, "zero_stage", st.Strategy.Stage,
 		"loss_scaler", ptfile.DictOf("cur_scale", st.Scaler.CurScale, "cur_iter", st.Scaler.CurIter,
 			"last_overflow_iter", st.Scaler.LastOverflowIter, "cur_hysteresis", st.Scaler.CurHysteresis, "dynamic", st.Dynamic))
-	if master16 != nil {
-		d.Set("fp32_master", ptfile.ViewFloat32([]int64{int64(len(master16))}, master16))
-	}
-	return d
 }
 
 // torchState is one flat parameter's entry of a torch optimizer's state:
@@ -104,23 +100,41 @@ func streamedState(o zcore.OptimState, sg *zcore.StreamedGroup, shape []int64) *
 	return d
 }
 
-// betasTuple says the param group's betas are a Python tuple: the
-// optimizer's default, or OneCycle's cycled momentum; betas from the
-// config stay the list JSON gave.
-func betasTuple(plan dsconfig.Plan) bool {
-	return !plan.Optimizer.BetasGiven || (plan.Scheduler.Type == "OneCycle" && plan.Scheduler.CycleMomentum)
+// pyTypes says which Python types the optimizer's param group holds
+// where a Go float64 cannot tell: betas a tuple (the optimizer's default,
+// or OneCycle's cycled momentum; betas from the config stay the list JSON
+// gave), and the params that are ints (dsconfig's Optimizer.IntParams:
+// torch.optim.Adam's default weight_decay is the int 0). A scheduler
+// writes lr as a float.
+type pyTypes struct {
+	betasTuple bool
+	ints       map[string]bool
+}
+
+func groupTypes(plan dsconfig.Plan) pyTypes {
+	t := pyTypes{betasTuple: !plan.Optimizer.BetasGiven || (plan.Scheduler.Type == "OneCycle" && plan.Scheduler.CycleMomentum),
+		ints: map[string]bool{}}
+	for k := range plan.Optimizer.IntParams {
+		if k != "lr" || plan.Scheduler.Type == "" {
+			t.ints[k] = true
+		}
+	}
+	return t
 }
 
 // paramGroup is the optimizer's param_groups entry, params 0..n-1, with
-// betas a tuple when tuple is set.
-func paramGroup(o zcore.OptimState, n int, tuple bool) *ptfile.Dict {
+// the Python types t.
+func paramGroup(o zcore.OptimState, n int, t pyTypes) *ptfile.Dict {
 	d := ptfile.NewDict()
 	for _, k := range []string{"lr", "betas", "eps", "weight_decay", "amsgrad", "foreach", "maximize", "capturable", "differentiable", "fused",
 		"momentum", "dampening", "nesterov", "lr_decay", "initial_accumulator_value", "bias_correction", "max_grad_norm", "max_coeff", "min_coeff", "step"} {
 		if v, ok := o.Group[k]; ok {
 			pv := pyValue(v)
-			if l, isList := pv.(ptfile.List); isList && k == "betas" && tuple {
+			if l, isList := pv.(ptfile.List); isList && k == "betas" && t.betasTuple {
 				pv = ptfile.Tuple(l)
+			}
+			if f, isFloat := pv.(float64); isFloat && t.ints[k] && f == math.Trunc(f) && math.Abs(f) < 1<<53 {
+				pv = int64(f)
 			}
 			d.Set(k, pv)
 		}
@@ -220,19 +234,19 @@ func modelStates(e *zero.Engine, st zero.State, l *model.Layout, work []float32,
 	d := ptfile.NewDict()
 	d.Set("module", module(l, work, plan.Precision.DType, stage))
 	d.Set("buffer_names", ptfile.List{})
-	var master16 []float32
 	dtype := plan.Precision.DType
 	if stage == 0 && !partitionedStage0(stage, dtype) {
 		g := st.Strategy.Groups[0]
-		state := ptfile.NewDict()
-		for i, sp := range l.Specs {
-			state.Set(i, torchState(g.Optim, sp.Offset, sp.Offset+sp.Numel, 0, shape64(sp.Shape)))
+		if w := zero.FP16WrapperOf(plan); w != zero.NoFP16Wrapper {
+			d.Set("optimizer", fp16WrapperState(w, st, g, l, plan)) // the master inside
+		} else {
+			state := ptfile.NewDict()
+			for i, sp := range l.Specs {
+				state.Set(i, torchState(g.Optim, sp.Offset, sp.Offset+sp.Numel, 0, shape64(sp.Shape)))
+			}
+			d.Set("optimizer", ptfile.DictOf("state", state, "param_groups", ptfile.List{paramGroup(g.Optim, len(l.Specs), groupTypes(plan))}))
 		}
-		d.Set("optimizer", ptfile.DictOf("state", state, "param_groups", ptfile.List{paramGroup(g.Optim, len(l.Specs), betasTuple(plan))}))
 		d.Set("param_shapes", nil)
-		if dtype != "fp32" {
-			master16 = g.Master
-		}
 	} else {
 		d.Set("optimizer", nil)
 		d.Set("param_shapes", paramShapes(l, order))
@@ -270,7 +284,7 @@ func modelStates(e *zero.Engine, st zero.State, l *model.Layout, work []float32,
 	d.Set("mp_world_size", int64(1))
 	d.Set("ds_config", dsConfig)
 	d.Set("ds_version", DSVersion)
-	cs := clientState(st, master16)
+	cs := clientState(st)
 	if stage == 0 && !partitionedStage0(stage, dtype) {
 		if r := resumeList(st.Strategy.Groups); r != nil {
 			cs.Set("optim_resume", r)
@@ -313,12 +327,12 @@ func optimStates(e *zero.Engine, st zero.State, l *model.Layout, dsConfig any) *
 			state.Set(g, torchState(gs.Optim, 0, n, 0, []int64{int64(n)}))
 			flats = append(flats, ptfile.ViewFloat32([]int64{int64(n)}, gs.Master))
 		}
-		osd.Set("optimizer_state_dict", ptfile.DictOf("state", state, "param_groups", ptfile.List{paramGroup(ss.Groups[0].Optim, len(ss.Groups), betasTuple(plan))}))
+		osd.Set("optimizer_state_dict", ptfile.DictOf("state", state, "param_groups", ptfile.List{paramGroup(ss.Groups[0].Optim, len(ss.Groups), groupTypes(plan))}))
 		osd.Set("fp32_flat_groups", flats)
 	} else {
 		common(osd)
 		g := ss.Groups[0]
-		partitionState(osd, g, 0, len(g.Master), l, ss, plan.GradientClipping, plan.Zero.RoundRobinGradients, betasTuple(plan), enum)
+		partitionState(osd, g, 0, len(g.Master), l, ss, plan.GradientClipping, plan.Zero.RoundRobinGradients, groupTypes(plan), enum)
 	}
 	return withResume(ptfile.DictOf("optimizer_state_dict", osd, "ds_config", dsConfig, "ds_version", DSVersion), ss.Groups)
 }
@@ -401,14 +415,14 @@ func bf16OptimizerState(ss zcore.StrategyState, l *model.Layout, plan dsconfig.P
 	flat, _ := zcore.FlatOrder(l, ss.World, false)
 	lo, _ := flat.Partition(ss.Rank)
 	osd := ptfile.NewDict()
-	partitionState(osd, ss.Groups[0], lo, lo+flat.SavedLen(ss.Rank), l, ss, plan.GradientClipping, false, betasTuple(plan), nil)
+	partitionState(osd, ss.Groups[0], lo, lo+flat.SavedLen(ss.Rank), l, ss, plan.GradientClipping, false, groupTypes(plan), nil)
 	return osd
 }
 
 // partitionState sets the keys of a stage-1/2 optimizer state (and
 // BF16_Optimizer's, with no enum) for the rank's partition, elements
 // [lo, hi) of g.
-func partitionState(osd *ptfile.Dict, g zcore.GroupState, lo, hi int, l *model.Layout, ss zcore.StrategyState, clip float64, roundRobin, tuple bool, enum *ptfile.Object) {
+func partitionState(osd *ptfile.Dict, g zcore.GroupState, lo, hi int, l *model.Layout, ss zcore.StrategyState, clip float64, roundRobin bool, pt pyTypes, enum *ptfile.Object) {
 	n := hi - lo
 	flat, order := zcore.FlatOrder(l, ss.World, roundRobin)
 	pad := flat.PartitionSize - flat.SavedLen(ss.Rank)
@@ -417,7 +431,7 @@ func partitionState(osd *ptfile.Dict, g zcore.GroupState, lo, hi int, l *model.L
 	// state_dict(), elastic_checkpoint being off); the fp32 partition
 	// without it. The padding's state is zero: it never has a gradient.
 	osd.Set("base_optimizer_state", ptfile.DictOf("state", ptfile.DictOf(0, torchState(g.Optim, lo, hi, pad, []int64{int64(n + pad)})),
-		"param_groups", ptfile.List{paramGroup(g.Optim, 1, tuple)}))
+		"param_groups", ptfile.List{paramGroup(g.Optim, 1, pt)}))
 	osd.Set("single_partition_of_fp32_groups", ptfile.List{ptfile.ViewFloat32([]int64{int64(n)}, g.Master[lo:hi])})
 	if enum != nil {
 		osd.Set("zero_stage", enum)

@@ -268,7 +268,7 @@ func writeEngineState(path string, e *zero.Engine, st zero.State) error {
 	} else {
 		d.Set("lr_scheduler", nil)
 	}
-	cs := clientState(st, nil)
+	cs := clientState(st)
 	if r := resumeList(st.Strategy.Groups[:1]); r != nil {
 		cs.Set("optim_resume", r[0])
 	}

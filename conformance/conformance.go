@@ -119,9 +119,6 @@ type Report struct {
 	// Noise compares the noise-driven elements' final weights, which
 	// Weights leaves out (noise.go); nil when the model has none.
 	Noise *NoiseReport `json:"noise_driven,omitempty"`
-	// EpsDriven compares the elements whose first Adam step sees a
-	// gradient of a few eps (epsdriven.go), which Weights leaves out too.
-	EpsDriven *NoiseReport `json:"eps_driven,omitempty"`
 	// Checkpoint is the layout check of dszero's checkpoint against the
 	// recorded one: "match: N files", "differs: …", "not recorded".
 	Checkpoint string `json:"checkpoint"`
@@ -239,10 +236,9 @@ func Run(c Case) (rep Report) {
 		want = make([]float32, a.layout.Numel)
 		if err = model.ReadLayout(file, &a.layout, want); err == nil {
 			rep.WeightsFile = file
-			var grads []float32
-			if grads, err = a.firstGrads(init, int(plan.Batch.TrainMicroBatchSizePerGPU), int(plan.Batch.GradientAccumulationSteps), int(plan.DataParallelSize())); err == nil {
-				mask := noiseDriven(grads)
-				rep.Weights, rep.Noise, rep.EpsDriven = splitWeights(got.Final, want, init, mask, epsDriven(grads, mask, plan), epsBand(c.Result.Steps, plan, tol), &a.layout, tol)
+			var mask []bool
+			if mask, err = a.noiseDriven(init, noiseCheckOf(plan, c.Result.Steps, tol)); err == nil {
+				rep.Weights, rep.Noise = splitWeights(got.Final, want, init, mask, &a.layout, tol)
 			}
 		} else {
 			want = nil
@@ -265,11 +261,9 @@ func Run(c Case) (rep Report) {
 			problems = append(problems, fmt.Sprintf("%s: max %s %.2e > %.0e", m.name, what, d, m.m.Tol))
 		}
 	}
-	if n := rep.Noise; n != nil && !n.Weights.OK() {
-		problems = append(problems, fmt.Sprintf("noise-driven weights (%d elements): max |Δ| %.2e > %.2e (the tolerance + twice the smaller run's largest move of them)", n.Weights.N, n.Weights.MaxAbs, n.Weights.Tol))
-	}
-	if n := rep.EpsDriven; n != nil && !n.Weights.OK() {
-		problems = append(problems, fmt.Sprintf("eps-driven weights (%d elements): max |Δ| %.2e > %.2e (the tolerance + twice the first step's lr)", n.Weights.N, n.Weights.MaxAbs, n.Weights.Tol))
+	if n := rep.Noise; n != nil && !n.OK() {
+		name, m := n.Worst()
+		problems = append(problems, fmt.Sprintf("noise-driven weights (%d elements): %s: max |Δ| %.2e > %.2e (the tolerance + twice the smaller run's largest move of its %d)", n.N(), name, m.MaxAbs, m.Tol, m.N))
 	}
 	if rep.Loss.N == 0 {
 		problems = append(problems, "no step losses compared")

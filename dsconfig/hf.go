@@ -180,7 +180,12 @@ func setValue(v *lenient.Value, x any) {
 	case *big.Int:
 		v.Kind, v.Num = lenient.Number, t.String()
 	case float64:
+		// A Python float, as HF's TrainingArguments hold them: "0.0", not
+		// the int literal "0" (Optimizer.IntParams reads the literal).
 		v.Kind, v.Num = lenient.Number, strconv.FormatFloat(t, 'g', -1, 64)
+		if !strings.ContainsAny(v.Num, ".eEnN") {
+			v.Num += ".0"
+		}
 	case bool:
 		v.Kind, v.Bool = lenient.Bool, t
 	case []float64:

@@ -43,6 +43,51 @@ var (
 	lionKwargs      = []string{"lr", "betas", "weight_decay", "set_grad_none"}
 )
 
+// intDefaults are the keyword arguments whose default in the class's
+// signature is the Python int 0 (torch 1.13.1's torch.optim, DeepSpeed
+// 0.14.5's ops), so one the config does not write is an int in
+// param_groups. FusedAdam, FusedLamb, FusedLion, torch.optim.AdamW and the
+// 1-bit optimizers default to floats (weight_decay=0., 1e-2).
+var intDefaults = map[string][]string{
+	"torch.optim.Adam":     {"weight_decay"},
+	"torch.optim.SGD":      {"momentum", "dampening", "weight_decay"},
+	"torch.optim.Adagrad":  {"lr_decay", "weight_decay", "initial_accumulator_value"},
+	"torch.optim.RMSprop":  {"weight_decay", "momentum"},
+	"torch.optim.Adadelta": {"weight_decay"},
+	"torch.optim.Adamax":   {"weight_decay"},
+	"torch.optim.NAdam":    {"weight_decay"},
+	"torch.optim.RAdam":    {"weight_decay"},
+	"torch.optim.ASGD":     {"weight_decay"},
+	"DeepSpeedCPUAdam":     {"weight_decay"},
+	"DeepSpeedCPUAdagrad":  {"weight_decay"},
+	"DeepSpeedCPULion":     {"weight_decay"},
+}
+
+// intParams lists the params impl holds as Python ints: the numbers
+// params writes as integer literals, and impl's int defaults it does not
+// write (Optimizer.IntParams).
+func intParams(impl string, params *lenient.Value) map[string]bool {
+	out := map[string]bool{}
+	var members []lenient.Member
+	if params != nil && params.Kind == lenient.Object {
+		members = params.Members
+	}
+	for _, k := range intDefaults[impl] {
+		out[k] = true
+	}
+	for _, m := range members {
+		if v := m.Value; v.Kind == lenient.Number && !strings.ContainsAny(v.Num, ".eEnN") {
+			out[m.Key] = true
+		} else {
+			delete(out, m.Key)
+		}
+	}
+	if len(out) == 0 {
+		return nil
+	}
+	return out
+}
+
 // zeroSupported are the optimizers DeepSpeed's ZeRO accepts without
 // zero_allow_untested_optimizer (zero/utils.py is_zero_supported_optimizer).
 var zeroSupported = map[string]bool{
@@ -195,6 +240,7 @@ func (c *compiler) readOptimizer(top *block) {
 		c.s.errorf(tf.v, "optimizer.type", `add "zero_allow_untested_optimizer": true at the top level, or use Adam/AdamW`,
 			"%s is an untested ZeRO optimizer: DeepSpeed refuses it at ZeRO stage %d unless zero_allow_untested_optimizer is true", o.Impl, c.plan.Zero.Stage)
 	}
+	o.IntParams = intParams(o.Impl, pb.v)
 	if !dszeroRuns[o.Impl] {
 		c.s.unsupportedf(tf.v, "optimizer.type", "use Adam, AdamW, SGD or Lamb", "the %s optimizer (%s) is not implemented by dszero", name, o.Impl)
 	}

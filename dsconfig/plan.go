@@ -240,6 +240,12 @@ type Optimizer struct {
 
 	LegacyFusion bool
 	Params       map[string]any // every param as written (after HF filling), for optimizers dszero does not type
+	// IntParams are the params the optimizer holds as Python ints, which
+	// its checkpoints write as ints: those written as JSON integers
+	// ("weight_decay": 0; json.load makes an int) and, where not written,
+	// those whose default in Impl's signature is the int 0
+	// (torch.optim.Adam's weight_decay=0). Everything else is a float.
+	IntParams map[string]bool
 }
 
 // Scheduler is the scheduler block with typed params. Fields not used by

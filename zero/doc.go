@@ -40,7 +40,9 @@
 //	    (stage 2: each bucket of finished gradients is averaged and reduced
 //	    during backward, and added to the rank's gradient partition)
 //	reduce gradients across ranks (stages 0 and 1, at the boundary), averaged
-//	fp16/bf16: if any gradient is inf/NaN, skip the step and update the loss scale
+//	fp16/bf16: if any gradient is inf/NaN, skip the step; fp16: update the loss
+//	    scale (before unscaling: a clean step that grows the scale divides
+//	    its gradients by the grown one, fp16wrap.go)
 //	global norm → clip coefficient (and 1/loss_scale) → scale gradients
 //	optimizer.step() on the master parameters with the scheduler's lr
 //	copy master → working parameters (rounded), zero the gradients

@@ -151,7 +151,13 @@ func NewEngine(plan dsconfig.Plan, o Options) (*Engine, error) {
 	// The one place a stage is chosen; CheckPlan has refused the rest.
 	switch plan.Zero.Stage {
 	case 0:
-		e.strategy, err = NewStage0(so)
+		var s0 *Stage0
+		if s0, err = NewStage0(so); err == nil {
+			e.strategy = s0
+			if FP16WrapperOf(plan) != NoFP16Wrapper && !isOneBit(plan) { // newOneBitOptimizer runs the 1-bit ones' own
+				s0.InitializeOptimizerStates()
+			}
+		}
 	case 1:
 		e.strategy, err = stage1.New(so)
 	case 2:
@@ -426,6 +432,12 @@ func (e *Engine) Step() (StepStats, error) {
 	st := StepStats{Step: e.globalSteps, LR: e.LR(), LossScale: e.scaler.Scale()}
 	in := StepInput{LR: st.LR, LossScale: st.LossScale,
 		CheckOverflow: e.plan.Precision.DType == "fp16" || e.plan.Precision.DType == "bf16" && e.plan.Precision.BF16CheckGradOverflow}
+	// The 1-bit optimizers keep their own fp16 path (onebit.go), which no
+	// reference case here has checked against this ordering.
+	fp16 := e.plan.Precision.DType == "fp16" && !isOneBit(e.plan)
+	if fp16 {
+		in.LossScale = lossscale.CleanScale(e.scaler) // fp16wrap.go
+	}
 	if e.sched != nil {
 		var ok bool
 		if e.betas, ok = e.sched.Betas(); ok {
@@ -437,6 +449,9 @@ func (e *Engine) Step() (StepStats, error) {
 		return st, fmt.Errorf("step %d: %w", st.Step, err)
 	}
 	st.GradNorm, st.Skipped = res.GradNorm, res.Overflow
+	if fp16 && !res.Overflow {
+		st.GradNorm = e.reportedNorm(res.GradNorm, st.LossScale, in.LossScale)
+	}
 	e.overflow = res.Overflow
 	if e.plan.Precision.DType == "fp16" {
 		if err := e.scaler.Update(res.Overflow); err != nil {

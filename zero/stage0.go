@@ -97,6 +97,14 @@ func NewStage0(o StrategyOptions) (_ *Stage0, err error) {
 	return s, nil
 }
 
+// InitializeOptimizerStates steps the optimizer once on zero gradients
+// over the master, as DeepSpeed's fp16 wrappers do when they are built
+// (FP16Wrapper); the working copy keeps its values.
+func (s *Stage0) InitializeOptimizerStates() {
+	clear(s.grads)
+	s.opt.Step(s.master, s.grads)
+}
+
 // ModelBuffers implements Strategy.
 func (s *Stage0) ModelBuffers() ([]float32, []float32) { return s.work, s.grads }
 

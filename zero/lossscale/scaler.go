@@ -268,3 +268,24 @@ func (f *FP16Optimizer) Update(overflow bool) error {
 	f.iter++
 	return nil
 }
+
+// CleanScale is the scale s would hold after Update(false), s left as it
+// is. DeepSpeed updates the scale before it unscales (FP16_Optimizer,
+// FP16_UnfusedOptimizer, ZeRO 1–3 alike: _update_scale, then
+// unscale_and_clip_grads with the updated loss_scale), so a clean step
+// divides its gradients by this.
+func CleanScale(s Scaler) float64 {
+	switch x := s.(type) {
+	case *Dynamic:
+		c := *x
+		if c.Update(false) == nil {
+			return c.cur
+		}
+	case *FP16Optimizer:
+		c := *x
+		if c.Update(false) == nil {
+			return c.cur
+		}
+	}
+	return s.Scale()
+}

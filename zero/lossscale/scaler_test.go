@@ -318,3 +318,49 @@ func TestOverflowHelpers(t *testing.T) {
 		t.Error("UnscaleFactor rounds the double reciprocal")
 	}
 }
+
+// TestCleanScale: CleanScale is the scale a clean step's update would
+// leave, and changes nothing. The sequences are DeepSpeed 0.14.5's own
+// (conformance/testdata/deepspeed-0.14.5-cpu-gpt, initial_scale_power 8,
+// loss_scale_window 3, no overflow): FP16_Optimizer at stage 0 carries
+// 256 for steps 1–4 and 512 from step 5; ZeRO's DynamicLossScaler with
+// the legacy growth rule 256 for steps 1–3 and 512 from step 4.
+func TestCleanScale(t *testing.T) {
+	b := FP16Block{InitialScalePower: 8, LossScaleWindow: 3, Hysteresis: 2, MinLossScale: 1}
+	f, err := NewFP16Optimizer(b.Config())
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := b.Config()
+	c.Growth = Legacy
+	d, err := NewDynamic(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name    string
+		s       Scaler
+		carried []float64 // the scale each step's gradients carry, steps 1…
+	}{{"FP16_Optimizer", f, []float64{256, 256, 256, 256, 512, 512, 512, 1024}},
+		{"DynamicLossScaler legacy", d, []float64{256, 256, 256, 512, 512, 512, 1024, 1024}}} {
+		for i, want := range tc.carried {
+			if got := tc.s.Scale(); got != want {
+				t.Fatalf("%s step %d: scale %v, want %v", tc.name, i+1, got, want)
+			}
+			before := tc.s.State()
+			clean := CleanScale(tc.s)
+			if tc.s.State() != before {
+				t.Fatalf("%s step %d: CleanScale changed the state %+v to %+v", tc.name, i+1, before, tc.s.State())
+			}
+			if err := tc.s.Update(false); err != nil {
+				t.Fatal(err)
+			}
+			if clean != tc.s.Scale() {
+				t.Fatalf("%s step %d: CleanScale %v, the update gave %v", tc.name, i+1, clean, tc.s.Scale())
+			}
+		}
+	}
+	if s := NewStatic(128); CleanScale(s) != 128 {
+		t.Errorf("static: CleanScale %v", CleanScale(s))
+	}
+}
