@@ -191,7 +191,7 @@ func Run(c Case) (rep Report) {
 	if rep.World < 1 {
 		return fail(fmt.Errorf("no per-rank micro-step losses to tell the world size from; set world_size in %s", MetaFile))
 	}
-	plan, err := dsconfig.Load(string(js), dsconfig.Options{WorldSize: rep.World})
+	plan, err := dsconfig.Load(string(js), dsconfig.Options{WorldSize: rep.World, DeepSpeedVersion: ver})
 	if err != nil {
 		return fail(unsupported("ds_config: %v", err))
 	}

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"strconv"
 	"strings"
 
 	"github.com/dszero/dszero/dsconfig/lenient"
@@ -18,6 +19,41 @@ type Options struct {
 	WorldSize int
 	// HF, when non-nil, fills "auto" from HF training arguments (HFMode).
 	HF *HFArgs
+	// DeepSpeedVersion is whose defaults to apply where DeepSpeed changed
+	// one ("0.14.5"); empty means 0.19.5, the version dszero follows. The
+	// only such default today is gradient_clipping: 0 (no clipping) up to
+	// v0.19.2, 1.0 since v0.19.3 (DeepSpeed PR #8068). The conformance
+	// runner passes the reference's version so its cases replay exactly.
+	DeepSpeedVersion string
+}
+
+// clippingDefault is gradient_clipping's value when the key is absent, for
+// the version in opts.
+func (o Options) clippingDefault() float64 {
+	if v := o.DeepSpeedVersion; v != "" && versionBefore(v, [3]int{0, 19, 3}) {
+		return 0
+	}
+	return 1.0
+}
+
+// versionBefore reports whether the dotted version v ("0.14.5", with an
+// optional "+local" tail) is older than want. A part that is not a number
+// reads as 0.
+func versionBefore(v string, want [3]int) bool {
+	v, _, _ = strings.Cut(v, "+")
+	var got [3]int
+	for i, f := range strings.SplitN(v, ".", 3) {
+		n, err := strconv.Atoi(f)
+		if err == nil {
+			got[i] = n
+		}
+	}
+	for i := range got {
+		if got[i] != want[i] {
+			return got[i] < want[i]
+		}
+	}
+	return false
 }
 
 // Load reads a config the three ways DeepSpeed does (see ReadInput). On

@@ -229,6 +229,24 @@ func TestRules(t *testing.T) {
 					t.Errorf("clip %g steps %d bucket %d", p.GradientClipping, p.StepsPerPrint, p.Zero.ReduceBucketSize)
 				}
 			}},
+		{name: "gradient_clipping absent under 0.14.5 is 0", src: `{` + batchOK + `}`, opts: Options{DeepSpeedVersion: "0.14.5+eb07d41f"},
+			check: func(t *testing.T, p Plan) {
+				if p.GradientClipping != 0 {
+					t.Errorf("clip %g, want DeepSpeed 0.14.5's default 0", p.GradientClipping)
+				}
+			}},
+		{name: "gradient_clipping absent under 0.19.3 is 1", src: `{` + batchOK + `}`, opts: Options{DeepSpeedVersion: "0.19.3"},
+			check: func(t *testing.T, p Plan) {
+				if p.GradientClipping != 1 {
+					t.Errorf("clip %g, want 1.0 (PR #8068)", p.GradientClipping)
+				}
+			}},
+		{name: "gradient_clipping given under 0.14.5 is kept", src: `{` + batchOK + ` "gradient_clipping": 0.5}`, opts: Options{DeepSpeedVersion: "0.14.5"},
+			check: func(t *testing.T, p Plan) {
+				if p.GradientClipping != 0.5 {
+					t.Errorf("clip %g", p.GradientClipping)
+				}
+			}},
 		{name: "LRRangeTest", src: `{` + batchOK + ` "optimizer": {"type": "Adam"}, "scheduler": {"type": "LRRangeTest", "params": {"lr_range_test_min_lr": 1e-4, "lr_range_test_step_size": 100, "lr_range_test_staircase": true}}}`,
 			check: func(t *testing.T, p Plan) {
 				s := p.Scheduler

@@ -48,7 +48,7 @@ func (c *compiler) readTop(top *block) {
 	c.readZero(top)
 	c.readPrecision(top)
 
-	p.GradientClipping = top.get("gradient_clipping").Float(1.0)
+	p.GradientClipping = top.get("gradient_clipping").Float(c.opts.clippingDefault())
 	if p.GradientClipping < 0 {
 		c.s.errorf(c.at("gradient_clipping"), "gradient_clipping", "use 0 to disable clipping or a positive max norm", "must be ≥ 0, got %g", p.GradientClipping)
 	}

@@ -131,6 +131,9 @@ func dszero(in Input, params []partition.Param, total int64) (*Estimate, error) 
 		return nil, fmt.Errorf("estimate: the plan has %d data-parallel ranks", n)
 	}
 	z := p.Zero
+	if z.Stage < 0 || z.Stage >= len(Estimate{}.Stages) {
+		return nil, fmt.Errorf("estimate: plan %s: zero_optimization.stage %d: want 0, 1, 2 or 3", p.File, z.Stage)
+	}
 	nStates, optName, assumed := OptimizerStates(p.Optimizer)
 	e := &Estimate{Config: p.File, Ranks: n, Stage: z.Stage, Precision: p.Precision.DType,
 		Optimizer: optName, OptimizerStates: nStates, OptimizerAssumed: assumed,

@@ -112,3 +112,21 @@ func TestEstimateSeqParallel(t *testing.T) {
 		}
 	}
 }
+
+// TestEstimateRefusesUnknownStage: a hand-built plan with a stage outside
+// 0–3 is an error naming the field, not an index panic.
+func TestEstimateRefusesUnknownStage(t *testing.T) {
+	cfg, _ := gpt.Preset("tiny")
+	layout := cfg.Layout()
+	plan, err := dsconfig.Load(`{"train_micro_batch_size_per_gpu": 2, "zero_optimization": {"stage": 3}}`, dsconfig.Options{WorldSize: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, stage := range []int{4, -1} {
+		plan.Zero.Stage = stage
+		_, err := Compute(Input{Model: "tiny", Layout: &layout, Hardware: Hardware{GPUsPerNode: 2, Nodes: 1, BufferFactor: 1.5}, Plan: &plan, GPT: &cfg, SeqLen: 32})
+		if err == nil || !strings.Contains(err.Error(), "zero_optimization.stage") {
+			t.Errorf("stage %d: error %v, want one naming zero_optimization.stage", stage, err)
+		}
+	}
+}

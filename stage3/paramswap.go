@@ -72,6 +72,7 @@ func (s *Strategy) readPartition(i int, dst []float32) error {
 	t0 := time.Now()
 	h := ps.ahead[i]
 	if h == nil {
+		s.trace("  swap in the partition of %s", s.l.Specs[i].Name)
 		err := ps.sw.SwapIn(paramKey(i), dst).Wait()
 		s.waits.Read += time.Since(t0)
 		if err != nil {
@@ -81,6 +82,7 @@ func (s *Strategy) readPartition(i int, dst []float32) error {
 	}
 	ps.ahead[i] = nil
 	ps.held--
+	s.trace("  take the partition of %s from its read ahead", s.l.Specs[i].Name)
 	s.waits.ReadsAhead++
 	if h.Done() {
 		s.waits.ReadsReady++

@@ -71,6 +71,7 @@ func (f *fetcher) readAhead(from int) {
 				// and reports what is wrong.
 				return
 			}
+			s.trace("read ahead the partition of %s", s.l.Specs[i].Name)
 			ps.ahead[i] = h
 			ps.held++
 		}
@@ -86,6 +87,7 @@ func (s *Strategy) dropAhead(i int) {
 		return
 	}
 	h.Wait() // nothing uses the data, nor its error (see above)
+	s.trace("drop the unused read ahead of %s", s.l.Specs[i].Name)
 	ps.sw.Release(h.Buffer())
 	ps.ahead[i] = nil
 	ps.held--

@@ -22,7 +22,9 @@ type Config struct {
 	// Trace, when set, hears every data movement of a step as it is
 	// issued, in program order: each unit group's all-gather (on demand or
 	// prefetched), the wait for it, its release, each unit's
-	// reduce-scatter, and each sub-group's optimizer step with its swaps.
+	// reduce-scatter, each parameter partition read from its swap file
+	// (now or ahead of its gather), and each sub-group's optimizer step
+	// with its swaps.
 	// It is for reading a step (example_test.go) and debugging; nil costs
 	// nothing.
 	Trace func(event string)

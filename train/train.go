@@ -340,6 +340,24 @@ type rank struct {
 	cfg *Config
 	c   comm.Comm
 	dev Device
+
+	// Built by setup, once per run.
+	ctx    context.Context
+	layout model.Layout
+	kn     *knobs
+	eng    *zero.Engine
+	m      model.Model
+	sp     *seqPar
+	ck     checkpoint.Options
+	async  *asyncSaver
+
+	// Per step.
+	B, T, gas, world int
+	batch            model.Batch
+	st               *stats
+	verdict          []float32
+	overwrite        bool
+	shares           bool // the micro-losses are shares of the global batch's (LossDenom)
 }
 
 // verdicts rank 0 broadcasts after each step.
@@ -349,19 +367,47 @@ const (
 	fail
 )
 
+// run is the rank's whole run, in order: build the engine and the model,
+// resume, train step by step, and hand back the final parameters.
 func (r *rank) run(onStep func(Record) error) ([]float32, error) {
+	defer r.close()
+	if err := r.setup(); err != nil {
+		return nil, err
+	}
+	first, err := r.resume()
+	if err != nil {
+		return nil, err
+	}
+	for s := first; s < r.cfg.Steps; s++ {
+		v, err := r.step(s, onStep)
+		if err != nil || v == fail {
+			return nil, err // rank 0 says why (onStep's error); the others just end
+		}
+		if v == stop {
+			break
+		}
+	}
+	return r.finish()
+}
+
+// setup builds the rank's engine (zero.NewEngine with the plan and the
+// run's options), its unit hooks, its sequence-parallel group and its
+// model bound to the engine's buffers.
+func (r *rank) setup() error {
 	cfg, p, c := r.cfg, r.cfg.Plan, r.c
-	ctx := context.Background()
-	layout := cfg.Model.Layout()
-	opts := zero.Options{Acct: r.dev.Acct, Layout: &layout, Init: cfg.Init, Workers: cfg.Workers, Version: cfg.Version, Comm: c, Ctx: ctx,
+	r.ctx = context.Background()
+	r.layout = cfg.Model.Layout()
+	layout := &r.layout
+	opts := zero.Options{Acct: r.dev.Acct, Layout: layout, Init: cfg.Init, Workers: cfg.Workers, Version: cfg.Version, Comm: c, Ctx: r.ctx,
 		KeepAfterForward: cfg.KeepAfterForward, WrapMinNumParams: cfg.WrapMinNumParams, ShardGroupSize: cfg.ShardGroupSize}
 	if cfg.Warn != nil && c.Rank() == 0 {
 		opts.Warn = cfg.Warn
 	}
 	kn, err := newKnobs(cfg, c.Rank()) // knobs.go
 	if err != nil {
-		return nil, err
+		return err
 	}
+	r.kn = kn
 	opts.Comm = kn.engineComm(c)
 	switch {
 	case cfg.Init != nil:
@@ -371,226 +417,298 @@ func (r *rank) run(onStep func(Record) error) ([]float32, error) {
 		// Each stage draws what it holds: stage 3 only its partitions.
 		init := layout.InitRange
 		if in, ok := cfg.Model.(model.Initializer); ok {
-			init = func(seed uint64, dst []float32, lo int) { in.InitRange(&layout, seed, dst, lo) }
+			init = func(seed uint64, dst []float32, lo int) { in.InitRange(layout, seed, dst, lo) }
 		}
 		opts.InitRange = func(dst []float32, lo int) error { init(cfg.Seed, dst, lo); return nil }
 	}
 	if cfg.EngineOptions != nil {
 		if err := cfg.EngineOptions(c.Rank(), &opts); err != nil {
-			return nil, err
+			return err
 		}
 	}
 	eng, err := zero.NewEngine(p, opts)
 	if err != nil {
-		return nil, err
+		return err
 	}
-	defer eng.Close()
+	r.eng = eng
 	var hooks model.UnitHooks = eng.Strategy()
 	if cfg.Hooks != nil {
 		hooks = cfg.Hooks(c.Rank(), eng)
 	}
 	hooks = kn.hooks(hooks)
-	sp, err := newSeqPar(ctx, c, p)
-	if err != nil {
-		return nil, err
+	if r.sp, err = newSeqPar(r.ctx, c, p); err != nil {
+		return err
 	}
 	m, err := cfg.Model.Build(model.BuildOptions{Gemm: r.dev.Gemm, Acct: r.dev.Acct, Hooks: hooks, Checkpoint: cfg.Checkpoint,
-		CPUCheckpoint: cfg.CPUCheckpoint, Round: eng.Round(), Workers: cfg.Workers, SeqParallel: sp.group, FastMath: cfg.FastMath})
+		CPUCheckpoint: cfg.CPUCheckpoint, Round: eng.Round(), Workers: cfg.Workers, SeqParallel: r.sp.group, FastMath: cfg.FastMath})
 	if err != nil {
-		return nil, err
+		return err
 	}
-	defer m.Close()
-	if err := m.Bind(eng.ModelBuffers()); err != nil {
-		return nil, err
+	r.m = m
+	if err := r.m.Bind(eng.ModelBuffers()); err != nil {
+		return err
 	}
-	if err := kn.attach(m); err != nil {
-		return nil, err
+	if err := kn.attach(r.m); err != nil {
+		return err
 	}
-	B, T := int(p.Batch.TrainMicroBatchSizePerGPU), cfg.SeqLen
+	r.B, r.T = int(p.Batch.TrainMicroBatchSizePerGPU), cfg.SeqLen
 	if cfg.Model.MaxSeq() == 0 {
-		T = 1 // a sample is one vector
+		r.T = 1 // a sample is one vector
 	}
-	gas, world := int(p.Batch.GradientAccumulationSteps), c.Size()
-	batch := model.Batch{B: B}
-	st := newStats(gas, world)
-	verdict := make([]float32, 1)
-	overwrite := eng.OverwriteGrads()
-	ck := checkpoint.Options{Layout: &layout, Comm: c, Ctx: ctx, Acct: r.dev.Acct}
-	async := &asyncSaver{cfg: cfg, c: c, eng: eng, ck: ck}
-	defer async.abandon()
-	tell := func(saved bool, dir string, t0 time.Time) {
-		if cfg.OnCheckpoint == nil || c.Rank() != 0 {
-			return
-		}
-		ev := CheckpointEvent{Saved: saved, Dir: dir, Tag: checkpoint.Tag(eng.GlobalSteps()), Step: eng.GlobalSteps(), Elapsed: time.Since(t0)}
-		if saved && cfg.Layout != nil {
-			ev.Tag = "" // dir is the layout's whole checkpoint
-		}
-		if !saved && (checkpoint.IsSharded(dir) || checkpoint.IsFull(dir)) {
-			ev.Tag = "" // Accelerate's state dicts have no tags
-		} else if !saved {
-			if tag, err := checkpoint.LatestTag(dir); err == nil {
-				ev.Tag = tag // a DeepSpeed checkpoint's own tag
-			}
-		}
-		cfg.OnCheckpoint(ev)
+	r.gas, r.world = int(p.Batch.GradientAccumulationSteps), c.Size()
+	r.batch = model.Batch{B: r.B}
+	r.st = newStats(r.gas, r.world)
+	r.verdict = make([]float32, 1)
+	r.overwrite = eng.OverwriteGrads()
+	r.ck = checkpoint.Options{Layout: layout, Comm: c, Ctx: r.ctx, Acct: r.dev.Acct}
+	r.async = &asyncSaver{cfg: cfg, c: c, eng: eng, ck: r.ck}
+	return nil
+}
+
+// close abandons an unfinished asynchronous save and closes the model and
+// the engine, whatever setup built of them.
+func (r *rank) close() {
+	if r.async != nil {
+		r.async.abandon()
 	}
-	first := 0
-	if cfg.LoadDir != "" {
-		t0 := time.Now()
-		if err := load(cfg.LoadDir, cfg.LoadTag, eng, ck); err != nil {
-			return nil, fmt.Errorf("resuming from %s: %w", cfg.LoadDir, err)
-		}
-		first = int(eng.GlobalSteps())
-		tell(false, cfg.LoadDir, t0)
+	if r.m != nil {
+		r.m.Close()
 	}
-	shares := false // the micro-losses are shares of the global batch's (LossDenom)
-	for s := first; s < cfg.Steps; s++ {
-		start := time.Now()
-		if overwrite {
-			m.OverwriteGrads() // the strategy left last step's gradients in place
-		}
-		var bd Breakdown
-		sent0 := c.Traffic()
-		for micro := 0; micro < gas; micro++ {
-			batch.B = B
-			if err := sp.batch(cfg.Batches, s, micro, &batch); err != nil {
-				return nil, fmt.Errorf("step %d, micro-step %d: reading the data: %w", s+1, micro, err)
-			}
-			run, err := kn.beforeForward(int64(s), &batch)
-			if err != nil {
-				return nil, fmt.Errorf("step %d, micro-step %d: %w", s+1, micro, err)
-			}
-			t0 := time.Now()
-			loss, err := m.Forward(run)
-			t1 := time.Now()
-			if err == nil {
-				err = kn.afterForward()
-			}
-			bd.ForwardMS += ms(t1.Sub(t0))
-			if err != nil {
-				return nil, fmt.Errorf("step %d, micro-step %d: %w", s+1, micro, err)
-			}
-			if math.IsNaN(float64(loss)) && p.Precision.DType != "fp16" {
-				return nil, fmt.Errorf("step %d, micro-step %d: the loss is NaN: %w", s+1, micro, zcore.ErrDiverged)
-			}
-			st.mine[micro] = loss
-			t2 := time.Now()
-			scale := eng.GradScale()
-			if batch.LossDenom > 0 {
-				// The loss is a share of the sum over the whole global
-				// batch (HF's num_items_in_batch), not a mean to average
-				// over micro-steps and ranks: undo the engine's 1/GAS and
-				// its average over the ranks.
-				scale *= float32(gas * world)
-				shares = true
-			} else {
-				scale *= sp.gradFactor() // seqpar.go
-			}
-			if err := m.Backward(scale); err != nil {
-				return nil, fmt.Errorf("step %d, micro-step %d: %w", s+1, micro, err)
-			}
-			bd.BackwardMS += ms(time.Since(t2))
-			if micro < gas-1 {
-				if err := kn.afterStep(int64(s), &bd, world); err != nil {
-					return nil, err
-				}
-			}
-		}
-		t3 := time.Now()
-		ss, err := eng.Step()
-		if err != nil {
-			return nil, err
-		}
-		bd.StepMS = ms(time.Since(t3))
-		bd.SentBytes = c.Traffic().SentSince(sent0)
-		if err := kn.afterStep(int64(s+1), &bd, world); err != nil {
-			return nil, err
-		}
-		if w, ok := eng.Strategy().(waiter); ok {
-			ws := w.TakeWaits()
-			bd.GatherWaitMS, bd.ReduceWaitMS, bd.Gathers, bd.Prefetched = ms(ws.Gather), ms(ws.Reduce), ws.Gathers, ws.Prefetched
-		}
-		if err := st.gather(ctx, c, r.dev.Acct); err != nil {
-			return nil, fmt.Errorf("step %d: gathering the step's losses and peaks: %w", s+1, err)
-		}
-		var cbErr error
-		if c.Rank() == 0 {
-			dt := time.Since(start).Seconds()
-			loss := st.loss()
-			if shares {
-				loss *= float64(gas * world / sp.size) // their sum: the mean over every target of the step, as HF's Trainer logs it (an SP group's ranks each hold the group's)
-			}
-			rec := Record{Step: ss.Step, Loss: loss, LR: ss.LR, LossScale: ss.LossScale, GradNorm: ss.GradNorm,
-				Skipped: ss.Skipped, StepTimeS: dt, TokensPerS: float64(B*T*gas*world/sp.size) / dt}
-			rec.Peak, rec.PeakMax = st.peaks()
-			rec.Micro = st.micro()
-			rec.PeakHost = r.dev.Acct.Snapshot().PeakTotal[mem.PinnedHost]
-			if p.WallClockBreakdown {
-				rec.Breakdown = &bd
-			}
-			verdict[0] = goOn
-			if onStep != nil {
-				switch cbErr = onStep(rec); {
-				case errors.Is(cbErr, ErrStop):
-					verdict[0], cbErr = stop, nil
-				case cbErr != nil:
-					verdict[0] = fail
-				}
-			}
-		}
-		if err := c.Broadcast(ctx, comm.F32(verdict), 0).Wait(); err != nil {
-			return nil, fmt.Errorf("step %d: %w", s+1, err)
-		}
-		if verdict[0] == fail {
-			return nil, cbErr // rank 0 says why; the others just end
-		}
-		if err := async.poll(); err != nil {
-			return nil, fmt.Errorf("step %d: %w", s+1, err)
-		}
-		if cfg.SaveDir != "" && r.saveAfter(s+1, verdict[0] == stop) {
-			t0 := time.Now()
-			dir := cfg.SaveDir
-			if cfg.Layout != nil {
-				dir = cfg.Layout.Dir(int64(s + 1))
-			}
-			if err := checkBeforeSave(ctx, c, eng, s+1, dir); err != nil {
-				return nil, err
-			}
-			if cfg.SaveAsync { // DeepSpeed's files in SaveDir: Run refuses a Layout or Format with it
-				if err := async.save(s + 1); err != nil {
-					return nil, err
-				}
-			} else if err := cfg.Format.save(dir, eng, ck); err != nil {
-				return nil, fmt.Errorf("step %d: saving a checkpoint in %s: %w", s+1, dir, err)
-			} else if cfg.Layout == nil {
-				tell(true, dir, t0) // an asynchronous one tells when it is finished
-			} else if path, err := finishSave(ctx, c, cfg.Layout, dir, s+1); err != nil {
-				return nil, err
-			} else {
-				tell(true, path, t0)
-			}
-		}
-		if verdict[0] == stop {
-			break
+	if r.eng != nil {
+		r.eng.Close()
+	}
+}
+
+// resume loads Config.LoadDir's checkpoint, if any, and returns the
+// global step training goes on from.
+func (r *rank) resume() (first int, err error) {
+	cfg := r.cfg
+	if cfg.LoadDir == "" {
+		return 0, nil
+	}
+	t0 := time.Now()
+	if err := load(cfg.LoadDir, cfg.LoadTag, r.eng, r.ck); err != nil {
+		return 0, fmt.Errorf("resuming from %s: %w", cfg.LoadDir, err)
+	}
+	r.tell(false, cfg.LoadDir, t0)
+	return int(r.eng.GlobalSteps()), nil
+}
+
+// tell reports a checkpoint loaded or saved to Config.OnCheckpoint (rank
+// 0's).
+func (r *rank) tell(saved bool, dir string, t0 time.Time) {
+	cfg, eng := r.cfg, r.eng
+	if cfg.OnCheckpoint == nil || r.c.Rank() != 0 {
+		return
+	}
+	ev := CheckpointEvent{Saved: saved, Dir: dir, Tag: checkpoint.Tag(eng.GlobalSteps()), Step: eng.GlobalSteps(), Elapsed: time.Since(t0)}
+	if saved && cfg.Layout != nil {
+		ev.Tag = "" // dir is the layout's whole checkpoint
+	}
+	if !saved && (checkpoint.IsSharded(dir) || checkpoint.IsFull(dir)) {
+		ev.Tag = "" // Accelerate's state dicts have no tags
+	} else if !saved {
+		if tag, err := checkpoint.LatestTag(dir); err == nil {
+			ev.Tag = tag // a DeepSpeed checkpoint's own tag
 		}
 	}
-	if err := async.finish(); err != nil {
+	cfg.OnCheckpoint(ev)
+}
+
+// step runs optimizer step s (from 0), in order: the micro-steps'
+// forward and backward, the engine's step, the record rank 0 reports and
+// the verdict it broadcasts, and the checkpoint after it. It returns the
+// verdict: go on, stop (onStep stopped the run) or fail (onStep failed on
+// rank 0, whose error it returns; nothing is saved).
+func (r *rank) step(s int, onStep func(Record) error) (float32, error) {
+	c := r.c
+	start := time.Now()
+	if r.overwrite {
+		r.m.OverwriteGrads() // the strategy left last step's gradients in place
+	}
+	var bd Breakdown
+	sent0 := c.Traffic()
+	for micro := 0; micro < r.gas; micro++ {
+		if err := r.microStep(s, micro, &bd); err != nil {
+			return fail, err
+		}
+	}
+	t3 := time.Now()
+	ss, err := r.eng.Step()
+	if err != nil {
+		return fail, err
+	}
+	bd.StepMS = ms(time.Since(t3))
+	bd.SentBytes = c.Traffic().SentSince(sent0)
+	if err := r.kn.afterStep(int64(s+1), &bd, r.world); err != nil {
+		return fail, err
+	}
+	if w, ok := r.eng.Strategy().(waiter); ok {
+		ws := w.TakeWaits()
+		bd.GatherWaitMS, bd.ReduceWaitMS, bd.Gathers, bd.Prefetched = ms(ws.Gather), ms(ws.Reduce), ws.Gathers, ws.Prefetched
+	}
+	if err := r.report(s, ss, &bd, start, onStep); err != nil || r.verdict[0] == fail {
+		return fail, err
+	}
+	stopped := r.verdict[0] == stop
+	if err := r.async.poll(); err != nil {
+		return fail, fmt.Errorf("step %d: %w", s+1, err)
+	}
+	if r.cfg.SaveDir != "" && r.saveAfter(s+1, stopped) {
+		if err := r.save(s + 1); err != nil {
+			return fail, err
+		}
+	}
+	return r.verdict[0], nil
+}
+
+// microStep runs micro-step micro of step s: the rank's micro-batch
+// through the model's forward, then its backward with the engine's
+// gradient scale.
+func (r *rank) microStep(s, micro int, bd *Breakdown) error {
+	gas, world := r.gas, r.world
+	r.batch.B = r.B
+	if err := r.sp.batch(r.cfg.Batches, s, micro, &r.batch); err != nil {
+		return fmt.Errorf("step %d, micro-step %d: reading the data: %w", s+1, micro, err)
+	}
+	run, err := r.kn.beforeForward(int64(s), &r.batch)
+	if err != nil {
+		return fmt.Errorf("step %d, micro-step %d: %w", s+1, micro, err)
+	}
+	t0 := time.Now()
+	loss, err := r.m.Forward(run)
+	t1 := time.Now()
+	if err == nil {
+		err = r.kn.afterForward()
+	}
+	bd.ForwardMS += ms(t1.Sub(t0))
+	if err != nil {
+		return fmt.Errorf("step %d, micro-step %d: %w", s+1, micro, err)
+	}
+	if math.IsNaN(float64(loss)) && r.cfg.Plan.Precision.DType != "fp16" {
+		return fmt.Errorf("step %d, micro-step %d: the loss is NaN: %w", s+1, micro, zcore.ErrDiverged)
+	}
+	r.st.mine[micro] = loss
+	t2 := time.Now()
+	scale := r.eng.GradScale()
+	if r.batch.LossDenom > 0 {
+		// The loss is a share of the sum over the whole global
+		// batch (HF's num_items_in_batch), not a mean to average
+		// over micro-steps and ranks: undo the engine's 1/GAS and
+		// its average over the ranks.
+		scale *= float32(gas * world)
+		r.shares = true
+	} else {
+		scale *= r.sp.gradFactor() // seqpar.go
+	}
+	if err := r.m.Backward(scale); err != nil {
+		return fmt.Errorf("step %d, micro-step %d: %w", s+1, micro, err)
+	}
+	bd.BackwardMS += ms(time.Since(t2))
+	if micro < gas-1 {
+		if err := r.kn.afterStep(int64(s), bd, world); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// report gathers every rank's losses and peaks, makes rank 0's Record of
+// step s and hands it to onStep, and broadcasts rank 0's verdict (go on,
+// stop, fail) into r.verdict; a failed onStep's error is returned on
+// rank 0 only.
+func (r *rank) report(s int, ss zero.StepStats, bd *Breakdown, start time.Time, onStep func(Record) error) error {
+	c, p, st := r.c, r.cfg.Plan, r.st
+	gas, world, sp := r.gas, r.world, r.sp
+	if err := st.gather(r.ctx, c, r.dev.Acct); err != nil {
+		return fmt.Errorf("step %d: gathering the step's losses and peaks: %w", s+1, err)
+	}
+	var cbErr error
+	if c.Rank() == 0 {
+		dt := time.Since(start).Seconds()
+		loss := st.loss()
+		if r.shares {
+			loss *= float64(gas * world / sp.size) // their sum: the mean over every target of the step, as HF's Trainer logs it (an SP group's ranks each hold the group's)
+		}
+		rec := Record{Step: ss.Step, Loss: loss, LR: ss.LR, LossScale: ss.LossScale, GradNorm: ss.GradNorm,
+			Skipped: ss.Skipped, StepTimeS: dt, TokensPerS: float64(r.B*r.T*gas*world/sp.size) / dt}
+		rec.Peak, rec.PeakMax = st.peaks()
+		rec.Micro = st.micro()
+		rec.PeakHost = r.dev.Acct.Snapshot().PeakTotal[mem.PinnedHost]
+		if p.WallClockBreakdown {
+			rec.Breakdown = bd
+		}
+		r.verdict[0] = goOn
+		if onStep != nil {
+			switch cbErr = onStep(rec); {
+			case errors.Is(cbErr, ErrStop):
+				r.verdict[0], cbErr = stop, nil
+			case cbErr != nil:
+				r.verdict[0] = fail
+			}
+		}
+	}
+	if err := c.Broadcast(r.ctx, comm.F32(r.verdict), 0).Wait(); err != nil {
+		return fmt.Errorf("step %d: %w", s+1, err)
+	}
+	if r.verdict[0] == fail {
+		return cbErr // nil on the other ranks
+	}
+	return nil
+}
+
+// save writes the checkpoint after global step step: DeepSpeed's files in
+// Config.SaveDir (in the background with SaveAsync), or Config.Format's
+// in the Config.Layout's folder for the step.
+func (r *rank) save(step int) error {
+	cfg, c, eng := r.cfg, r.c, r.eng
+	t0 := time.Now()
+	dir := cfg.SaveDir
+	if cfg.Layout != nil {
+		dir = cfg.Layout.Dir(int64(step))
+	}
+	if err := checkBeforeSave(r.ctx, c, eng, step, dir); err != nil {
+		return err
+	}
+	if cfg.SaveAsync { // DeepSpeed's files in SaveDir: Run refuses a Layout or Format with it
+		return r.async.save(step)
+	}
+	if err := cfg.Format.save(dir, eng, r.ck); err != nil {
+		return fmt.Errorf("step %d: saving a checkpoint in %s: %w", step, dir, err)
+	}
+	if cfg.Layout == nil {
+		r.tell(true, dir, t0) // an asynchronous one tells when it is finished
+		return nil
+	}
+	path, err := finishSave(r.ctx, c, cfg.Layout, dir, step)
+	if err != nil {
+		return err
+	}
+	r.tell(true, path, t0)
+	return nil
+}
+
+// finish waits for the last asynchronous save, ends the knobs, calls
+// Config.Done and returns the final fp32 master parameters (with
+// ReturnParams).
+func (r *rank) finish() ([]float32, error) {
+	cfg := r.cfg
+	if err := r.async.finish(); err != nil {
 		return nil, err
 	}
-	if err := kn.done(); err != nil {
+	if err := r.kn.done(); err != nil {
 		return nil, err
 	}
 	if cfg.Done != nil {
-		if err := cfg.Done(c.Rank(), c, eng); err != nil {
+		if err := cfg.Done(r.c.Rank(), r.c, r.eng); err != nil {
 			return nil, err
 		}
 	}
 	if !cfg.ReturnParams {
 		return nil, nil
 	}
-	full := make([]float32, layout.Numel)
-	if err := eng.GatherMaster(full); err != nil {
+	full := make([]float32, r.layout.Numel)
+	if err := r.eng.GatherMaster(full); err != nil {
 		return nil, err
 	}
 	return full, nil

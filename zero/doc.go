@@ -54,6 +54,9 @@
 //	stage3/hooks.go        the hooks: gather a unit's group, reduce its gradients
 //	stage3/fetch.go        need → issue (all-gather) → land; prefetch along the
 //	                       recorded trace; done → release
+//	stage3/paramswap.go    offload_param nvme: a partition read from its swap
+//	                       file into the all-gather, written back after the step
+//	stage3/readahead.go    those reads started ahead of the gather, by the trace
 //	stage3/reduce.go       a unit's gradients averaged and reduce-scattered
 //	zero/engine.go         Engine.Step: loss scale, lr, the strategy's step
 //	stage3/stage3.go       step: the norm, clipping, sub-group by sub-group
@@ -61,7 +64,8 @@
 //	zero/optim/adam.go     the update itself
 //
 // stage3's Example_step prints that order for one step of a 3-unit model
-// with NVMe offload (stage3.Config.Trace is the hook it listens on); the
+// with the optimizer on NVMe, and Example_stepParamNVMe with the
+// parameters there too (stage3.Config.Trace is the hook they listen on); the
 // stages 0–2 follow the same loop with their own step (stage0.go,
 // stage1/, stage2/, internal/zcore/shard.go).
 //

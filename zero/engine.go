@@ -125,10 +125,15 @@ func NewEngine(plan dsconfig.Plan, o Options) (*Engine, error) {
 		e.pool.Close()
 		return nil, err
 	}
+	dtypes, err := zcore.DeepSpeedGradDTypes(plan.Zero.Stage, plan.Precision.DType, plan.DataTypes.GradAccumDType, plan.CommunicationDataType)
+	if err != nil {
+		e.pool.Close()
+		return nil, fmt.Errorf("%s: %w", plan.File, err)
+	}
 	alloc := optim.Alloc{Acct: o.Acct, Tier: optimizerTier(plan)}
 	so := StrategyOptions{Ctx: o.Ctx, Comm: c, Acct: o.Acct, Layout: o.Layout, Init: o.Init, InitFunc: o.InitFunc,
 		Round: e.Round(), Clip: plan.GradientClipping, Average: averaging(plan),
-		DTypes:     zcore.DeepSpeedGradDTypes(plan.Zero.Stage, plan.Precision.DType, plan.DataTypes.GradAccumDType, plan.CommunicationDataType),
+		DTypes:     dtypes,
 		RoundRobin: plan.Zero.RoundRobinGradients,
 		BucketSize: int(plan.Zero.ReduceBucketSize), Overlap: plan.Zero.OverlapComm, Pool: e.pool,
 		NewOptimizer: func(n int) (optim.Optimizer, error) {

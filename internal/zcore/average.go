@@ -210,32 +210,43 @@ type GradDTypes struct {
 // gradients). Stage 2 accumulates in the model's dtype whatever
 // grad_accum_dtype says (its averaged gradients are views of the 16-bit
 // gradients: stage_1_and_2.py get_flat_partition), and so does fp16 at
-// stage 0 (FP16_Optimizer's fp16 .grad). Any other name is a programmer
-// error: a compiled plan has only these.
-func DeepSpeedGradDTypes(stage int, model, accum, comm string) GradDTypes {
+// stage 0 (FP16_Optimizer's fp16 .grad). A compiled plan has only these
+// names; any other (a hand-built plan's) is an error naming the field.
+func DeepSpeedGradDTypes(stage int, model, accum, comm string) (GradDTypes, error) {
 	var d GradDTypes
-	d.Model = parseDType(model)
+	var err error
+	if d.Model, err = parseDType("the training dtype (fp16/bf16.enabled)", model); err != nil {
+		return GradDTypes{}, err
+	}
 	d.Accum, d.Comm = d.Model, d.Model
 	if d.Model == device.BF16 && stage == 0 {
 		d.Accum = device.F32
 	}
+	// The name is checked even where the stage ignores it.
+	acc, err := parseDType("data_types.grad_accum_dtype", accum)
+	if err != nil {
+		return GradDTypes{}, err
+	}
 	if accum != "" && stage != 2 && !(stage == 0 && d.Model == device.F16) {
-		d.Accum = parseDType(accum)
+		d.Accum = acc
 	}
 	if comm != "" {
-		d.Comm = parseDType(comm)
+		if d.Comm, err = parseDType("communication_data_type", comm); err != nil {
+			return GradDTypes{}, err
+		}
 	}
-	return d
+	return d, nil
 }
 
-func parseDType(s string) device.DType {
+// parseDType reads a plan's dtype name; "" is fp32.
+func parseDType(field, s string) (device.DType, error) {
 	for _, dt := range []device.DType{device.F32, device.F16, device.BF16} {
 		if dt.String() == s {
-			return dt
+			return dt, nil
 		}
 	}
 	if s == "" {
-		return device.F32
+		return device.F32, nil
 	}
-	panic(fmt.Sprintf("zcore: dtype %q: want fp32, fp16 or bf16", s))
+	return 0, fmt.Errorf("zcore: %s %q: want fp32, fp16 or bf16", field, s)
 }

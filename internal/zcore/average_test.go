@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/dszero/dszero/comm"
@@ -34,10 +35,32 @@ func TestDeepSpeedGradDTypes(t *testing.T) {
 		{2, "fp32", "", "bf16", F32, F32, BF16},
 		{1, "", "", "", F32, F32, F32},
 	} {
-		got := DeepSpeedGradDTypes(tc.stage, tc.model, tc.accum, tc.comm)
+		got, err := DeepSpeedGradDTypes(tc.stage, tc.model, tc.accum, tc.comm)
+		if err != nil {
+			t.Errorf("stage %d, model %q: %v", tc.stage, tc.model, err)
+			continue
+		}
 		if want := (GradDTypes{tc.wModel, tc.wAcc, tc.wComm}); got != want {
 			t.Errorf("stage %d, model %q, grad_accum_dtype %q, communication_data_type %q: %+v, want %+v",
 				tc.stage, tc.model, tc.accum, tc.comm, got, want)
+		}
+	}
+}
+
+// TestDeepSpeedGradDTypesRefusesUnknown: a hand-built plan's unknown dtype
+// name is an error naming the field it came from, not a panic.
+func TestDeepSpeedGradDTypesRefusesUnknown(t *testing.T) {
+	for _, tc := range []struct {
+		model, accum, comm, field string
+	}{
+		{"fp8", "", "", "training dtype"},
+		{"bf16", "float32", "", "data_types.grad_accum_dtype"},
+		{"fp16", "", "half", "communication_data_type"},
+	} {
+		_, err := DeepSpeedGradDTypes(2, tc.model, tc.accum, tc.comm)
+		if err == nil || !strings.Contains(err.Error(), tc.field) {
+			t.Errorf("model %q, grad_accum_dtype %q, communication_data_type %q: error %v, want one naming %s",
+				tc.model, tc.accum, tc.comm, err, tc.field)
 		}
 	}
 }
