@@ -55,6 +55,19 @@ func (c *compiler) crossChecks() {
 		c.s.warnf(c.at("zero_optimization.zero_hpz_partition_size"), "zero_optimization.zero_hpz_partition_size", "use stage 3 or remove it",
 			"zero_hpz_partition_size only applies to ZeRO stage 3; ignored at stage %d", z.Stage)
 	}
+	for _, q := range []struct {
+		on  bool
+		key string
+	}{{z.QuantizedWeights, "zero_quantized_weights"}, {z.QuantizedGradients, "zero_quantized_gradients"}} {
+		if q.on && z.Stage != 3 {
+			c.s.warnf(c.at("zero_optimization."+q.key), "zero_optimization."+q.key, "use stage 3 or remove it",
+				"%s (ZeRO++) only applies to ZeRO stage 3; ignored at stage %d", q.key, z.Stage)
+		}
+	}
+	if z.LoCo && !z.QuantizedGradients {
+		c.s.warnf(c.at("zero_optimization.zeropp_loco_param"), "zero_optimization.zeropp_loco_param", "set zero_quantized_gradients true or remove it",
+			"zeropp_loco_param is LoCo's setting for qgZ; without zero_quantized_gradients DeepSpeed ignores it")
+	}
 	if hasOpt && p.Mode == HFMode && c.at("optimizer") == nil && z.Stage > 0 && z.OffloadOptimizer.Device != OffloadNone && p.ZeroForceDSCPUOptimizer {
 		// DeepSpeed refuses a client torch optimizer with ZeRO-Offload
 		// (ZeRORuntimeException), so Accelerate, which the Trainer

@@ -61,6 +61,10 @@ type Options struct {
 	// many consecutive ranks and replicates it across the groups (FSDP
 	// HYBRID_SHARD); 0 takes the plan's mics_shard_size (DeepSpeed MiCS).
 	ShardGroupSize int
+	// LocalSize is the ranks per node (DeepSpeed's accelerator
+	// device_count), for ZeRO++ qgZ's hierarchy; 0 means 1, each rank a
+	// node of its own (DeepSpeed's CPU accelerator with LOCAL_SIZE=1).
+	LocalSize int
 	// SwapFS is the filesystem of NVMe offload's swap files (nil: the
 	// operating system's, with O_DIRECT); tests inject faults through it.
 	SwapFS nvme.FS
@@ -222,6 +226,16 @@ func newStage3(plan dsconfig.Plan, o Options, so StrategyOptions, c comm.Comm) (
 			return nil, fmt.Errorf("stage 3: forming hpZ groups of %d ranks: %w", h, err)
 		}
 	}
+	if plan.Zero.QuantizedGradients {
+		ctx := o.Ctx
+		if ctx == nil {
+			ctx = context.Background()
+		}
+		var err error
+		if cfg.QuantizedGradients, err = qgzGroups(ctx, c, o.LocalSize); err != nil {
+			return nil, err
+		}
+	}
 	g := o.ShardGroupSize
 	if g == 0 && plan.Zero.MiCSShardSize > 0 {
 		g = int(plan.Zero.MiCSShardSize)
@@ -301,7 +315,41 @@ func stage3Config(plan dsconfig.Plan, o Options) stage3.Config {
 	if !plan.PrescaleGradients {
 		c.PredivideFactor = plan.GradientPredivideFactor
 	}
+	c.QuantizedWeights = z.QuantizedWeights
 	return c
+}
+
+// dtypeName is a precision's dtype for messages ("fp32" for none).
+func dtypeName(d string) string {
+	if d == "" {
+		return "fp32"
+	}
+	return d
+}
+
+// qgzGroups forms ZeRO++ qgZ's groups (DeepSpeed's
+// _get_local_all_to_all_group, two collectives): the rank's node of
+// LocalSize ranks and its peers across the nodes; nil with one node,
+// where DeepSpeed reduce-scatters instead.
+func qgzGroups(ctx context.Context, c comm.Comm, local int) (*stage3.QGZ, error) {
+	if local <= 0 {
+		local = 1
+	}
+	if local >= c.Size() {
+		return nil, nil
+	}
+	if c.Size()%local != 0 {
+		return nil, fmt.Errorf("zero_optimization.zero_quantized_gradients: %d ranks per node do not divide the world of %d ranks", local, c.Size())
+	}
+	var q stage3.QGZ
+	var err error
+	if q.Local, err = c.Split(ctx, c.Rank()/local, c.Rank()); err != nil {
+		return nil, fmt.Errorf("stage 3: forming qgZ's node groups of %d ranks: %w", local, err)
+	}
+	if q.Global, err = c.Split(ctx, c.Rank()%local, c.Rank()); err != nil {
+		return nil, fmt.Errorf("stage 3: forming qgZ's groups across the nodes: %w", err)
+	}
+	return &q, nil
 }
 
 // averaging is the plan's gradient averaging (see zcore.Averaging):
@@ -348,6 +396,18 @@ func CheckPlan(plan dsconfig.Plan) (warns []string, err error) {
 		refuse(`zero_optimization.offload_optimizer.ratio %g with device "nvme": DeepSpeed keeps every swappable sub-group on NVMe whatever the ratio and steps the ratio's device share with a torch AdamW whose state it never swaps; dszero does not run that mix: use device "cpu" for partial offload, or set the ratio to 1`, off.Ratio)
 	case plan.Optimizer.Impl != "DeepSpeedCPUAdam":
 		refuse(`zero_optimization.offload_optimizer.ratio %g with optimizer %s: DeepSpeed's partial offload asserts "Hybrid Optimizer Only Supports DeepSpeedCPUAdam"; use an Adam or AdamW optimizer block without torch_adam (with zero_force_ds_cpu_optimizer true), or set the ratio to 1`, off.Ratio, plan.Optimizer.Impl)
+	}
+	for _, q := range []struct {
+		on  bool
+		key string
+	}{{z.QuantizedWeights, "zero_quantized_weights"}, {z.QuantizedGradients, "zero_quantized_gradients"}} {
+		switch {
+		case !q.on || z.Stage != 3:
+		case plan.Precision.DType != "fp16":
+			refuse(`zero_optimization.%s with %s: DeepSpeed 0.14.5's quantizer kernels read the tensors as fp16 whatever their dtype (pt_binding.cpp casts them to __half*), so its ZeRO++ quantization is fp16's only (DeepSpeed issue #7775); enable fp16, or set %s false`, q.key, dtypeName(plan.Precision.DType), q.key)
+		case q.key == "zero_quantized_gradients" && plan.CommunicationDataType != "" && plan.CommunicationDataType != "fp16":
+			refuse(`zero_optimization.zero_quantized_gradients with communication_data_type %q: DeepSpeed's qgZ kernels read the gradients as fp16; remove communication_data_type, or set zero_quantized_gradients false`, plan.CommunicationDataType)
+		}
 	}
 	if world > 1 && plan.GradientAllreduceOp == "sum" {
 		refuse(`gradient_allreduce_op "sum": summed (not averaged) gradients are not implemented yet; use "mean"`)

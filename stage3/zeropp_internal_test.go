@@ -1,0 +1,304 @@
+package stage3
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"strings"
+	"testing"
+
+	"github.com/dszero/dszero/comm"
+	"github.com/dszero/dszero/comm/inproc"
+	"github.com/dszero/dszero/half"
+	"github.com/dszero/dszero/mem"
+	"github.com/dszero/dszero/model"
+	"github.com/dszero/dszero/zero/partition"
+)
+
+// The float64 model of ZeRO++'s quantizers, from the algorithm (see
+// package quant's doc), independent of package quant: a group of max
+// |x| = m quantizes x to the level x/step, step = 2m/2^bits, rounded half
+// to even and clamped; it dequantizes to fp16(level·step).
+func deq64(x []float64, bits int) []float64 {
+	m := 0.0
+	for _, v := range x {
+		m = math.Max(m, math.Abs(v))
+	}
+	step := 1.0
+	if m != 0 {
+		step = 2 * m / math.Exp2(float64(bits))
+	}
+	lo, hi := -math.Exp2(float64(bits-1)), math.Exp2(float64(bits-1))-1
+	out := make([]float64, len(x))
+	for i, v := range x {
+		out[i] = f16(math.Max(lo, math.Min(hi, math.RoundToEven(v/step))) * step)
+	}
+	return out
+}
+
+func f16(v float64) float64 { return float64(half.NearestF16(float32(v))) }
+
+// zeroppUnits: unit a's two parameters are gathered together (DeepSpeed's
+// coalesced path), unit b's one alone (its single-parameter path), unit c
+// borrows a.
+func zeroppUnits() model.Layout {
+	var lb model.LayoutBuilder
+	normal := model.Init{Kind: model.InitNormal, Scale: 1}
+	lb.Unit("a")
+	lb.Param("a.w", normal, 8, 4)
+	lb.Param("a.b", normal, 16)
+	lb.Unit("b")
+	lb.Param("b.w", normal, 8, 4)
+	lb.Unit("c", 0)
+	lb.Param("c.w", normal, 4, 4)
+	return lb.Build()
+}
+
+// close reports whether got is want within 2^-10 relative (one fp16
+// ulp: a float32 scale and a float64 step may round a product apart).
+func near(got, want float64) bool { return math.Abs(got-want) <= math.Abs(want)*1.0/1024+1e-12 }
+
+// TestQuantizedWeightsGather: with qwZ on 2 ranks every gathered
+// parameter is the float64 model's dequantization of the concatenated
+// partitions of its unit on its rank, groups from CUDAQuantizer's rule
+// (here one group per rank), on every rank; the master is untouched.
+func TestQuantizedWeightsGather(t *testing.T) {
+	l := zeroppUnits()
+	init := make([]float32, l.Numel)
+	l.InitRange(7, init, 0)
+	const world = 2
+	want := make([]float64, l.Numel)
+	for _, un := range l.Units {
+		// Each rank's concatenated partitions, one quantization group.
+		for r := range world {
+			var idx []int
+			for i := un.First; i <= un.Last; i++ {
+				sp := l.Specs[i]
+				lo, hi, _ := partition.PerParam(sp.Numel, world, r)
+				for k := lo; k < hi; k++ {
+					idx = append(idx, sp.Offset+k)
+				}
+			}
+			x := make([]float64, len(idx))
+			for k, j := range idx {
+				x[k] = float64(init[j])
+			}
+			for k, v := range deq64(x, 8) {
+				want[idx[k]] = v
+			}
+		}
+	}
+	err := inproc.New(world, inproc.Options{}).Run(func(c comm.Comm) error {
+		s, err := New(options(&l, mem.NewAccountant(c.Rank()), c), Config{QuantizedWeights: true})
+		if err != nil {
+			return err
+		}
+		defer s.Close()
+		params, _ := s.ModelBuffers()
+		differs := 0
+		for u := range l.Units {
+			if err := s.BeforeForward(u); err != nil {
+				return err
+			}
+			un := l.Units[u]
+			for i := un.Offset; i < un.Offset+un.Numel; i++ {
+				if !near(float64(params[i]), want[i]) {
+					return fmt.Errorf("unit %q element %d: %v, want %v (unquantized %v)", un.Name, i, params[i], want[i], init[i])
+				}
+				if params[i] != init[i] {
+					differs++
+				}
+			}
+			if err := s.AfterForward(u); err != nil {
+				return err
+			}
+		}
+		if differs < l.Numel/2 {
+			return fmt.Errorf("only %d of %d gathered values differ from the exact ones: not quantized", differs, l.Numel)
+		}
+		master := make([]float32, l.Numel)
+		if err := s.GatherMaster(master); err != nil {
+			return err
+		}
+		for i := range master {
+			if master[i] != init[i] {
+				return fmt.Errorf("master element %d: %v, want %v", i, master[i], init[i])
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestQuantizedWeightsRefusals: what DeepSpeed's quantizer asserts
+// against fails New, naming the unit.
+func TestQuantizedWeightsRefusals(t *testing.T) {
+	for _, c := range []struct {
+		l    model.Layout
+		want string
+	}{
+		{threeUnits(), `unit "a"`},     // 8+2 elements per rank: not a multiple of 8
+		{oneAlone(31), `reading past`}, // b.w alone, 16+15 on 2 ranks
+	} {
+		err := inproc.New(2, inproc.Options{}).Run(func(cm comm.Comm) error {
+			s, err := New(options(&c.l, mem.NewAccountant(cm.Rank()), cm), Config{QuantizedWeights: true, ParamPersistenceThreshold: 0})
+			if err == nil {
+				s.Close()
+			}
+			return err
+		})
+		if err == nil || !strings.Contains(err.Error(), c.want) || !strings.Contains(err.Error(), "zero_quantized_weights") {
+			t.Errorf("got %v, want an error naming %s", err, c.want)
+		}
+	}
+}
+
+// oneAlone is a unit of 8×4+16 elements and one of a single parameter of n.
+func oneAlone(n int) model.Layout {
+	var lb model.LayoutBuilder
+	normal := model.Init{Kind: model.InitNormal, Scale: 1}
+	lb.Unit("a")
+	lb.Param("a.w", normal, 8, 4)
+	lb.Param("a.b", normal, 16)
+	lb.Unit("b")
+	lb.Param("b.w", normal, n)
+	return lb.Build()
+}
+
+// qgzLayout has one 2-D gradient that qgZ takes (96×8: 768 elements, a
+// multiple of 2·world for 2, 3 and 4 ranks; 96 groups of 8) and a bias it reduce-scatters.
+func qgzLayout() model.Layout {
+	var lb model.LayoutBuilder
+	normal := model.Init{Kind: model.InitNormal, Scale: 1}
+	lb.Unit("a")
+	lb.Param("a.w", normal, 96, 8)
+	lb.Param("a.b", normal, 6)
+	return lb.Build()
+}
+
+// TestQuantizedGradients: qgZ on nodes×devices in-process ranks; each
+// rank's gradient partition of a.w is the float64 model of
+// all_to_all_quant_reduce, and that of the bias the plain average.
+func TestQuantizedGradients(t *testing.T) {
+	for _, shape := range [][2]int{{2, 1}, {3, 1}, {2, 2}} {
+		nodes, devices := shape[0], shape[1]
+		world := nodes * devices
+		t.Run(fmt.Sprintf("%dx%d", nodes, devices), func(t *testing.T) {
+			l := qgzLayout()
+			rng := rand.New(rand.NewPCG(uint64(world), 9))
+			grads := make([][]float32, world) // per rank: fp16 gradients
+			for r := range grads {
+				grads[r] = make([]float32, l.Numel)
+				for i := range grads[r] {
+					grads[r][i] = half.NearestF16(float32(rng.NormFloat64() * 0.01))
+				}
+			}
+			w := l.Specs[0]
+			n, g := w.Numel, max(w.Shape[0], w.Shape[1], world) // groups: max(shape[0], shape[1], world)
+			per, part := n/g, n/world
+			// The model, per destination rank R = k·devices + d.
+			want := make([][]float64, world)
+			for R := range world {
+				d := R % devices
+				var sum []float64
+				for k2 := range nodes {
+					// ŷ: node k2's device-order fp16 sum of its ranks' dequantized partition R, requantized.
+					acc := make([]float64, part)
+					for j := range devices {
+						x := grads[k2*devices+j][w.Offset+R*part : w.Offset+(R+1)*part]
+						for q := 0; q < part; q += per {
+							xs := make([]float64, per)
+							for e := range xs {
+								xs[e] = float64(x[q+e])
+							}
+							for e, v := range deq64(xs, 4) {
+								acc[q+e] = f16(acc[q+e] + v)
+							}
+						}
+					}
+					y := make([]float64, part)
+					for q := 0; q < part; q += per {
+						copy(y[q:q+per], deq64(acc[q:q+per], 4))
+					}
+					if sum == nil {
+						sum = y
+					} else {
+						for e := range sum {
+							sum[e] = f16(sum[e] + y[e])
+						}
+					}
+				}
+				_ = d
+				for e := range sum {
+					sum[e] = f16(sum[e] / float64(nodes))
+				}
+				want[R] = sum
+			}
+			got := make([][]float32, world)
+			err := inproc.New(world, inproc.Options{}).Run(func(c comm.Comm) error {
+				ctx := context.Background()
+				var q QGZ
+				var err error
+				if q.Local, err = c.Split(ctx, c.Rank()/devices, c.Rank()); err != nil {
+					return err
+				}
+				if q.Global, err = c.Split(ctx, c.Rank()%devices, c.Rank()); err != nil {
+					return err
+				}
+				s, err := New(options(&l, mem.NewAccountant(c.Rank()), c), Config{QuantizedGradients: &q})
+				if err != nil {
+					return err
+				}
+				defer s.Close()
+				init := make([]float32, l.Numel)
+				l.InitRange(7, init, 0)
+				calls := []call{{bf, 0}, {af, 0}, {bb, 0}, {ab, 0}}
+				err = passWriting(s, calls, init, func(_ int, gr []float32) { copy(gr, grads[c.Rank()]) })
+				if err != nil {
+					return err
+				}
+				got[c.Rank()] = append([]float32(nil), s.grad...)
+				return nil
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			for R := range world {
+				exact, steps := 0, 0
+				for e, v := range want[R] {
+					gv := float64(got[R][e])
+					if gv == v {
+						exact++
+						continue
+					}
+					// A level that float32 and float64 round apart moves a value by a step.
+					if math.Abs(gv-v) > 0.01*4/8*float64(devices)*2 {
+						t.Errorf("rank %d element %d: %v, want %v", R, e, gv, v)
+					}
+					steps++
+				}
+				if exact < len(want[R])*95/100 {
+					t.Errorf("rank %d: %d of %d exact", R, exact, len(want[R]))
+				}
+				// The bias: the plain average over the world.
+				bo := l.Specs[1].Offset
+				lo, hi, _ := partition.PerParam(6, world, R)
+				ps := partition.ParamPartitionSize(6, world)
+				for e := lo; e < hi; e++ {
+					var sum float32
+					for r := range world {
+						sum += grads[r][bo+e] / float32(world)
+					}
+					gv := got[R][part+e-lo]
+					if math.Abs(float64(gv-sum)) > 1e-6 {
+						t.Errorf("rank %d bias %d: %v, want %v", R, e, gv, sum)
+					}
+				}
+				_ = ps
+			}
+		})
+	}
+}
