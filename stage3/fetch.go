@@ -217,7 +217,7 @@ func (f *fetcher) land(g int) error {
 	s.waits.Gather += time.Since(t0)
 	if err == nil {
 		if fl.q != nil {
-			f.landQuantized(g, fl.q)
+			f.landQuantized(fl.q)
 		}
 		for _, sg := range fl.staged {
 			sp := &s.l.Specs[sg.param]

@@ -2,6 +2,7 @@ package stage3
 
 import (
 	"fmt"
+	"strings"
 
 	"github.com/dszero/dszero/comm"
 	"github.com/dszero/dszero/half"
@@ -25,7 +26,14 @@ import (
 //     the partitions and the fp32 master are untouched, and the gathered
 //     weights are the same on every rank.
 //
-// A group with one such parameter is DeepSpeed's single-parameter path:
+// DeepSpeed quantizes what one all_gather_coalesced call gathers: a
+// module's own parameters (fetch_sub_module), or, with prefetch, several
+// modules' together. dszero quantizes module by module always (see
+// qwPlan), so its values are DeepSpeed's without prefetch
+// (stage3_prefetch_bucket_size 0) and may differ in the last level where
+// DeepSpeed's prefetch merges modules.
+//
+// A module with one such parameter is DeepSpeed's single-parameter path:
 // its gathered bytes are cut to the parameter's numel before they are
 // dequantized, so the dequantizer's group length is numel/(world·groups)
 // rounded down (the same as the quantizer's when numel splits evenly;
@@ -48,24 +56,49 @@ type weightQuant struct {
 	spare [][]uint16       // landed flights' wire buffers
 }
 
-// qwPlan is one group's quantized gather on a world of ranks.
+// qwPlan is one group's quantized gather on a world of ranks: DeepSpeed
+// gathers module by module (fetch_sub_module: a module's own parameters
+// in one all_gather_coalesced), so the group's non-persistent parameters
+// are cut into runs of one module each (the parameters whose names
+// share all but the last dotted part), each quantized on its own; their
+// bytes and scales travel in one all-gather, run after run.
 type qwPlan struct {
-	p      int // elements each rank contributes (Σ partition sizes)
-	groups int // quantization groups of each rank's p
-	t      int // elements dequantized: world·p, or the one parameter's numel
-	per    int // the dequantizer's group length: t/(world·groups)
-	words  int // wire words of one rank: quant.WordsFor(p, groups)
+	runs  []qwRun
+	p     int // elements each rank contributes (Σ partition sizes)
+	words int // wire words of one rank
+}
+
+// qwRun is one module's quantized gather.
+type qwRun struct {
+	params []int // the parameters, in order
+	p      int   // elements each rank contributes
+	off    int   // where they start among the group's p
+	groups int   // quantization groups of each rank's p
+	t      int   // elements dequantized: world·p, or the one parameter's numel
+	per    int   // the dequantizer's group length: t/(world·groups)
+	words  int   // wire words of one rank: quant.WordsFor(p, groups)
+	woff   int   // where they start in the rank's slot
 }
 
 // qflight is a quantized gather in flight.
 type qflight struct {
 	wire  []uint16 // world slots of plan.words
-	plan  qwPlan
+	plan  *qwPlan
 	world int
 }
 
+// module is the module a parameter belongs to: its name less the last
+// dotted part ("blocks.0.attn.qkv" for "blocks.0.attn.qkv.weight").
+func module(name string) string {
+	if i := strings.LastIndexByte(name, '.'); i >= 0 {
+		return name[:i]
+	}
+	return ""
+}
+
 // newWeightQuant plans every group's quantized gather on each world, and
-// refuses, naming the unit, what DeepSpeed's quantizer asserts against.
+// refuses, naming the unit and the module, what DeepSpeed's quantizer
+// asserts against.
 func newWeightQuant(s *Strategy, worlds ...int) (*weightQuant, error) {
 	w := &weightQuant{plans: map[int][]qwPlan{}}
 	for _, world := range worlds {
@@ -75,34 +108,39 @@ func newWeightQuant(s *Strategy, worlds ...int) (*weightQuant, error) {
 		plans := make([]qwPlan, len(s.groups))
 		for g := range s.groups {
 			gr := &s.groups[g]
-			var pl qwPlan
-			count, numel := 0, 0
+			pl := &plans[g]
 			for i := gr.First; i <= gr.Last; i++ {
 				if s.persist[i] {
 					continue
 				}
-				count++
-				numel = s.l.Specs[i].Numel
-				pl.p += partition.ParamPartitionSize(numel, world)
+				if k := len(pl.runs); k == 0 || module(s.l.Specs[pl.runs[k-1].params[0]].Name) != module(s.l.Specs[i].Name) {
+					pl.runs = append(pl.runs, qwRun{off: pl.p})
+				}
+				ps := partition.ParamPartitionSize(s.l.Specs[i].Numel, world)
+				r := &pl.runs[len(pl.runs)-1]
+				r.params = append(r.params, i)
+				r.p += ps
+				pl.p += ps
 			}
-			if count == 0 {
-				plans[g] = pl
-				continue
+			for k := range pl.runs {
+				r := &pl.runs[k]
+				r.woff = pl.words
+				name := module(s.l.Specs[r.params[0]].Name)
+				var err error
+				if r.groups, err = quant.WeightGroups(r.p); err != nil {
+					return nil, fmt.Errorf("stage 3: zero_quantized_weights: unit %q, module %q (%d parameter elements per rank on %d ranks): %w", gr.Name, name, r.p, world, err)
+				}
+				r.t = world * r.p
+				if len(r.params) == 1 {
+					r.t = s.l.Specs[r.params[0]].Numel
+				}
+				r.per = r.t / (world * r.groups)
+				if r.per == 0 || (r.t-1)/r.per >= world*r.groups {
+					return nil, fmt.Errorf("stage 3: zero_quantized_weights: unit %q, module %q gathers one parameter of %d elements, which does not split evenly over %d ranks: DeepSpeed 0.14.5 dequantizes it in groups of %d elements, reading past its %d scales; use a world that divides it, or turn qwZ off", gr.Name, name, r.t, world, r.per, world*r.groups)
+				}
+				r.words = quant.WordsFor(r.p, r.groups)
+				pl.words += r.words
 			}
-			var err error
-			if pl.groups, err = quant.WeightGroups(pl.p); err != nil {
-				return nil, fmt.Errorf("stage 3: zero_quantized_weights: unit %q (%d parameter elements per rank on %d ranks): %w", gr.Name, pl.p, world, err)
-			}
-			pl.t = world * pl.p
-			if count == 1 {
-				pl.t = numel
-			}
-			pl.per = pl.t / (world * pl.groups)
-			if pl.per == 0 || (pl.t-1)/pl.per >= world*pl.groups {
-				return nil, fmt.Errorf("stage 3: zero_quantized_weights: unit %q gathers one parameter of %d elements, which does not split evenly over %d ranks: DeepSpeed 0.14.5 dequantizes it in groups of %d elements, reading past its %d scales; use a world that divides it, or turn qwZ off", gr.Name, numel, world, pl.per, world*pl.groups)
-			}
-			pl.words = quant.WordsFor(pl.p, pl.groups)
-			plans[g] = pl
 		}
 		w.plans[world] = plans
 	}
@@ -110,12 +148,12 @@ func newWeightQuant(s *Strategy, worlds ...int) (*weightQuant, error) {
 }
 
 // gatherQuantized is issue's quantized all-gather of group g on c (world
-// ranks, this one rank): the rank's partitions read, quantized and put on
-// the wire. On an error reading a partition the flight holds what was
-// issued (nothing), for land to return.
+// ranks, this one rank): the rank's partitions read, quantized module by
+// module and put on the wire. On an error reading a partition the flight
+// holds what was issued (nothing), for land to return.
 func (f *fetcher) gatherQuantized(fl *flight, g int, c comm.Comm, world, rank int, hpz bool) error {
 	s := f.s
-	pl := s.qw.plans[world][g]
+	pl := &s.qw.plans[world][g]
 	if pl.p == 0 {
 		return nil
 	}
@@ -124,67 +162,65 @@ func (f *fetcher) gatherQuantized(fl *flight, g int, c comm.Comm, world, rank in
 		return err
 	}
 	defer f.putStaging(mine)
-	gr := &s.groups[g]
 	off := 0
-	for i := gr.First; i <= gr.Last; i++ {
-		if s.persist[i] {
-			continue
+	for _, r := range pl.runs {
+		for _, i := range r.params {
+			ps := partition.ParamPartitionSize(s.l.Specs[i].Numel, world)
+			dst := mine[off : off+ps]
+			if hpz {
+				copy(dst, s.hpz.bufs[i])
+			} else if err := s.readPartition(i, dst); err != nil {
+				return err
+			}
+			off += ps
 		}
-		ps := partition.ParamPartitionSize(s.l.Specs[i].Numel, world)
-		dst := mine[off : off+ps]
-		if hpz {
-			copy(dst, s.hpz.bufs[i])
-		} else if err := s.readPartition(i, dst); err != nil {
-			return err
-		}
-		off += ps
 	}
-	if err := s.o.Acct.Reserve(mem.Comm, mem.Device, 2*int64(world*pl.words)+int64(pl.p)+4*int64(pl.groups)); err != nil {
+	// The wire (until the flight lands) and the bytes (until they are on it).
+	if err := s.o.Acct.Reserve(mem.Comm, mem.Device, 2*int64(world*pl.words)+int64(pl.p)); err != nil {
 		return err
 	}
-	defer s.o.Acct.Release(mem.Comm, mem.Device, int64(pl.p)+4*int64(pl.groups))
+	defer s.o.Acct.Release(mem.Comm, mem.Device, int64(pl.p))
 	q := &qflight{plan: pl, world: world, wire: s.qw.getWire(world * pl.words)}
-	bytes, scales := make([]byte, pl.p), make([]float32, pl.groups)
-	quant.Quantize(bytes, scales, mine, 8)
 	slot := q.wire[rank*pl.words : (rank+1)*pl.words]
-	quant.PutWords(slot, bytes, scales)
+	bytes := make([]byte, pl.p)
+	for _, r := range pl.runs {
+		scales := make([]float32, r.groups)
+		quant.Quantize(bytes[r.off:r.off+r.p], scales, mine[r.off:r.off+r.p], 8)
+		quant.PutWords(slot[r.woff:r.woff+r.words], bytes[r.off:r.off+r.p], scales)
+	}
 	fl.q = q
 	fl.hs = append(fl.hs, c.AllGather(s.o.Ctx, comm.BF16(q.wire), comm.BF16(slot)))
 	return nil
 }
 
-// landQuantized dequantizes a landed quantized gather of group g into
-// the full buffer, to fp16, every rank's partitions.
-func (f *fetcher) landQuantized(g int, q *qflight) {
+// landQuantized dequantizes a landed quantized gather into the full
+// buffer, to fp16, every rank's partitions.
+func (f *fetcher) landQuantized(q *qflight) {
 	s := f.s
 	pl, world := q.plan, q.world
 	full := s.full.F32()
-	gr := &s.groups[g]
-	bytes := make([]byte, world*pl.p)
-	scales := make([]float32, world*pl.groups)
-	for r := range world {
-		quant.GetWords(bytes[r*pl.p:(r+1)*pl.p], scales[r*pl.groups:(r+1)*pl.groups], q.wire[r*pl.words:(r+1)*pl.words])
-	}
-	// Element j of the flat gathered values: rank j/p's, at j%p of its
-	// concatenated partitions; its scale is j/per (see qwPlan.per).
-	deq := func(j int) float32 {
-		return half.NearestF16(float32(int8(bytes[j])) * scales[j/pl.per])
-	}
-	off := 0
-	for i := gr.First; i <= gr.Last; i++ {
-		if s.persist[i] {
-			continue
-		}
-		sp := &s.l.Specs[i]
-		ps := partition.ParamPartitionSize(sp.Numel, world)
+	for _, run := range pl.runs {
+		// The run's flat gathered values: rank r's p at r·p; element j's
+		// scale is j/per (see qwRun.per).
+		bytes := make([]byte, world*run.p)
+		scales := make([]float32, world*run.groups)
 		for r := range world {
-			lo, hi, _ := partition.PerParam(sp.Numel, world, r)
-			base := r*pl.p + off
-			for k := range hi - lo {
-				full[sp.Offset+lo+k] = deq(base + k)
-			}
+			w := q.wire[r*pl.words+run.woff : r*pl.words+run.woff+run.words]
+			quant.GetWords(bytes[r*run.p:(r+1)*run.p], scales[r*run.groups:(r+1)*run.groups], w)
 		}
-		off += ps
+		off := 0
+		for _, i := range run.params {
+			sp := &s.l.Specs[i]
+			for r := range world {
+				lo, hi, _ := partition.PerParam(sp.Numel, world, r)
+				base := r*run.p + off
+				for k := range hi - lo {
+					j := base + k
+					full[sp.Offset+lo+k] = half.NearestF16(float32(int8(bytes[j])) * scales[j/run.per])
+				}
+			}
+			off += partition.ParamPartitionSize(sp.Numel, world)
+		}
 	}
 }
 

@@ -52,6 +52,10 @@ func zeroppUnits() model.Layout {
 	lb.Param("b.w", normal, 8, 4)
 	lb.Unit("c", 0)
 	lb.Param("c.w", normal, 4, 4)
+	lb.Unit("d") // two modules: gathered together, quantized apart
+	lb.Param("d.x.w", normal, 8, 2)
+	lb.Param("d.x.b", normal, 16)
+	lb.Param("d.y.w", normal, 4, 8)
 	return lb.Build()
 }
 
@@ -61,19 +65,20 @@ func near(got, want float64) bool { return math.Abs(got-want) <= math.Abs(want)*
 
 // TestQuantizedWeightsGather: with qwZ on 2 ranks every gathered
 // parameter is the float64 model's dequantization of the concatenated
-// partitions of its unit on its rank, groups from CUDAQuantizer's rule
-// (here one group per rank), on every rank; the master is untouched.
+// partitions of its module on its rank (DeepSpeed gathers module by
+// module), groups from CUDAQuantizer's rule (here one group per rank),
+// on every rank; the master is untouched.
 func TestQuantizedWeightsGather(t *testing.T) {
 	l := zeroppUnits()
 	init := make([]float32, l.Numel)
 	l.InitRange(7, init, 0)
 	const world = 2
 	want := make([]float64, l.Numel)
-	for _, un := range l.Units {
+	for _, mod := range [][]int{{0, 1}, {2}, {3}, {4, 5}, {6}} { // the modules' parameters
 		// Each rank's concatenated partitions, one quantization group.
 		for r := range world {
 			var idx []int
-			for i := un.First; i <= un.Last; i++ {
+			for _, i := range mod {
 				sp := l.Specs[i]
 				lo, hi, _ := partition.PerParam(sp.Numel, world, r)
 				for k := lo; k < hi; k++ {
