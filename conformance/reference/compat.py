@@ -43,6 +43,7 @@ PATCH_NOTES = {
     "aio_pinned": "op_compat.install_aligned_pin_memory (O_DIRECT needs page-aligned buffers)",
     "nvme_ckpt": "op_compat.install_nvme_ckpt_fix (per-rank offloaded_tensors/rankNN dir, as upstream e37c37acd)",
     "onebit_nccl": "onebit_backend.install (NcclBackend.compressed_allreduce ported to gloo: cupy needs CUDA)",
+    "quantizer": "quantizer_port.install (QuantizerBuilder's CUDA kernels, quantize/dequantize/swizzle_quant/quantized_reduction, ported to torch: ZeRO++ qwZ/qgZ)",
 }
 
 
@@ -249,6 +250,11 @@ def install_for(cfg, rank):
         import onebit_backend
         onebit_backend.install()
         applied.append("onebit_nccl")
+    z = cfg.get("zero_optimization") or {}
+    if z.get("zero_quantized_weights") or z.get("zero_quantized_gradients"):
+        import quantizer_port
+        quantizer_port.install()
+        applied.append("quantizer")
     if uses_nvme(cfg):
         install_aio()
         install_aligned_pin_memory()
