@@ -15,7 +15,7 @@ import (
 // r%D of node r/D.
 type QGZ struct {
 	// Local is the rank's node: the D ranks of r/D, in rank order
-	// (DeepSpeed's local_{r/D}).
+	// (DeepSpeed's local_{r/D}); nil for one rank per node (D = 1).
 	Local comm.Comm
 	// Global is the N ranks of device r%D, one per node, in rank order
 	// (global_{r%D}).
@@ -40,7 +40,9 @@ type QGZ struct {
 // with LOCAL_SIZE=1, dszero's default — that is the average.
 //
 // Each rank reduces synchronously when the unit's gradients are
-// complete (no overlap with backward).
+// complete (no overlap with backward). The collectives run on the QGZ
+// groups and are counted in their traffic: with one rank per node that
+// is the world's communicator itself.
 type gradQuant struct {
 	s              *Strategy
 	local, global  comm.Comm
@@ -56,12 +58,16 @@ type gradQuant struct {
 }
 
 func newGradQuant(s *Strategy, q QGZ) (*gradQuant, error) {
-	if q.Local == nil || q.Global == nil || q.Local.Size()*q.Global.Size() != s.world {
-		return nil, fmt.Errorf("stage 3: zero_quantized_gradients: groups of %v×%v ranks for a world of %d", size(q.Local), size(q.Global), s.world)
+	devices, localRank := 1, 0
+	if q.Local != nil {
+		devices, localRank = q.Local.Size(), q.Local.Rank()
 	}
-	gq := &gradQuant{s: s, local: q.Local, global: q.Global, nodes: q.Global.Size(), devices: q.Local.Size(), groups: make([]int, len(s.l.Specs))}
-	if q.Local.Rank() != s.rank%gq.devices || q.Global.Rank() != s.rank/gq.devices {
-		return nil, fmt.Errorf("stage 3: zero_quantized_gradients: rank %d is %d of its node and %d across the nodes; want %d and %d", s.rank, q.Local.Rank(), q.Global.Rank(), s.rank%gq.devices, s.rank/gq.devices)
+	if q.Global == nil || devices*q.Global.Size() != s.world {
+		return nil, fmt.Errorf("stage 3: zero_quantized_gradients: groups of %d×%v ranks for a world of %d", devices, size(q.Global), s.world)
+	}
+	gq := &gradQuant{s: s, local: q.Local, global: q.Global, nodes: q.Global.Size(), devices: devices, groups: make([]int, len(s.l.Specs))}
+	if localRank != s.rank%devices || q.Global.Rank() != s.rank/devices {
+		return nil, fmt.Errorf("stage 3: zero_quantized_gradients: rank %d is %d of its node and %d across the nodes; want %d and %d", s.rank, localRank, q.Global.Rank(), s.rank%devices, s.rank/devices)
 	}
 	var fallback []string
 	for i, sp := range s.l.Specs {
@@ -146,7 +152,7 @@ func (q *gradQuant) reduce(i int, x, out []float32) error {
 
 // allToAll runs comm.AllToAll on c's words (a copy on a group of one).
 func (q *gradQuant) allToAll(c comm.Comm, out, in []uint16) error {
-	if c.Size() == 1 {
+	if c == nil || c.Size() == 1 {
 		copy(out, in)
 		return nil
 	}

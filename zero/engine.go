@@ -341,6 +341,11 @@ func qgzGroups(ctx context.Context, c comm.Comm, local int) (*stage3.QGZ, error)
 	if c.Size()%local != 0 {
 		return nil, fmt.Errorf("zero_optimization.zero_quantized_gradients: %d ranks per node do not divide the world of %d ranks", local, c.Size())
 	}
+	if local == 1 {
+		// One rank per node: the nodes' group is the world, and its traffic
+		// is counted with the world's.
+		return &stage3.QGZ{Global: c}, nil
+	}
 	var q stage3.QGZ
 	var err error
 	if q.Local, err = c.Split(ctx, c.Rank()/local, c.Rank()); err != nil {
