@@ -39,9 +39,12 @@
 // # qwZ: CUDAQuantizer (partition_parameters.py)
 //
 // A rank quantizes the concatenation of the partitions it contributes to
-// one all-gather in WeightGroups(n) groups, 8 bits; every rank receives
-// every rank's bytes and scales and dequantizes them all, its own
-// included, so all ranks hold the same gathered weights.
+// one all_gather_coalesced call (a module's own parameters: stage3
+// quantizes module by module) in WeightGroups(n) groups, 8 bits; every
+// rank receives every rank's bytes and scales and dequantizes them all,
+// its own included, to fp16, so all ranks hold the same gathered
+// weights. Asymmetric quantization, which ZeRO++ does not use, is not
+// implemented.
 //
 // # qgZ: all_to_all_quant_reduce (coalesced_collectives.py)
 //
