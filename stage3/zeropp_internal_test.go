@@ -46,16 +46,16 @@ func zeroppUnits() model.Layout {
 	var lb model.LayoutBuilder
 	normal := model.Init{Kind: model.InitNormal, Scale: 1}
 	lb.Unit("a")
-	lb.Param("a.w", normal, 8, 4)
-	lb.Param("a.b", normal, 16)
+	lb.Param("a.w", normal, 8, 8)
+	lb.Param("a.b", normal, 32)
 	lb.Unit("b")
-	lb.Param("b.w", normal, 8, 4)
+	lb.Param("b.w", normal, 8, 8)
 	lb.Unit("c", 0)
-	lb.Param("c.w", normal, 4, 4)
+	lb.Param("c.w", normal, 4, 8)
 	lb.Unit("d") // two modules: gathered together, quantized apart
-	lb.Param("d.x.w", normal, 8, 2)
-	lb.Param("d.x.b", normal, 16)
-	lb.Param("d.y.w", normal, 4, 8)
+	lb.Param("d.x.w", normal, 8, 4)
+	lb.Param("d.x.b", normal, 32)
+	lb.Param("d.y.w", normal, 8, 8)
 	return lb.Build()
 }
 
@@ -305,5 +305,148 @@ func TestQuantizedGradients(t *testing.T) {
 				_ = ps
 			}
 		})
+	}
+}
+
+// TestQuantizedWeightsHPZ: with hpZ on 4 ranks in groups of 2, the
+// forward gather is quantized over the world; the secondary partitions
+// are kept from those dequantized values (DeepSpeed copies them from the
+// gathered param.data), and backward's gather from them is quantized
+// again, over the group.
+func TestQuantizedWeightsHPZ(t *testing.T) {
+	l := zeroppUnits()
+	init := make([]float32, l.Numel)
+	l.InitRange(7, init, 0)
+	mods := [][]int{{0, 1}, {2}, {3}, {4, 5}, {6}}
+	quantize := func(src []float64, world int) []float64 {
+		out := make([]float64, len(src))
+		for _, mod := range mods {
+			for r := range world {
+				var idx []int
+				for _, i := range mod {
+					sp := l.Specs[i]
+					lo, hi, _ := partition.PerParam(sp.Numel, world, r)
+					for k := lo; k < hi; k++ {
+						idx = append(idx, sp.Offset+k)
+					}
+				}
+				x := make([]float64, len(idx))
+				for k, j := range idx {
+					x[k] = src[j]
+				}
+				for k, v := range deq64(x, 8) {
+					out[idx[k]] = v
+				}
+			}
+		}
+		return out
+	}
+	exact := make([]float64, l.Numel)
+	for i, v := range init {
+		exact[i] = float64(v)
+	}
+	fwd := quantize(exact, 4)
+	bwd := quantize(fwd, 2)
+	apart := 0
+	for i := range fwd {
+		if !near(bwd[i], fwd[i]) {
+			apart++
+		}
+	}
+	if apart < l.Numel/10 {
+		t.Fatalf("the model's backward values differ from forward's in %d of %d elements: the test would not see a second quantization", apart, l.Numel)
+	}
+	err := inproc.New(4, inproc.Options{}).Run(func(c comm.Comm) error {
+		g, err := c.Split(context.Background(), c.Rank()/2, c.Rank())
+		if err != nil {
+			return err
+		}
+		s, err := New(options(&l, mem.NewAccountant(c.Rank()), c), Config{QuantizedWeights: true, HPZ: g})
+		if err != nil {
+			return err
+		}
+		defer s.Close()
+		params, _ := s.ModelBuffers()
+		check := func(u int, want []float64, when string) error {
+			un := l.Units[u]
+			for i := un.Offset; i < un.Offset+un.Numel; i++ {
+				if !near(float64(params[i]), want[i]) {
+					return fmt.Errorf("%s, unit %q element %d: %v, want %v", when, un.Name, i, params[i], want[i])
+				}
+			}
+			return nil
+		}
+		for _, u := range []int{0, 1, 3} {
+			if err := s.BeforeForward(u); err != nil {
+				return err
+			}
+			if err := check(u, fwd, "forward"); err != nil {
+				return err
+			}
+			if err := s.AfterForward(u); err != nil {
+				return err
+			}
+		}
+		for _, u := range []int{3, 1, 0} {
+			if err := s.BeforeBackward(u); err != nil {
+				return err
+			}
+			if err := check(u, bwd, "backward"); err != nil {
+				return err
+			}
+			if err := s.AfterBackward(u); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestQuantizedWeightsTraffic: a qwZ gather sends one byte per element
+// and a float32 scale per group (words of two bytes), against the plain
+// gather's four bytes (dszero gathers float32 words; DeepSpeed's fp16
+// gather two): exactly the nominal all_gather of those words.
+func TestQuantizedWeightsTraffic(t *testing.T) {
+	l := zeroppUnits()
+	sent := map[bool]int64{}
+	for _, qw := range []bool{false, true} {
+		err := inproc.New(2, inproc.Options{}).Run(func(c comm.Comm) error {
+			s, err := New(options(&l, mem.NewAccountant(c.Rank()), c), Config{QuantizedWeights: qw})
+			if err != nil {
+				return err
+			}
+			defer s.Close()
+			before := c.Traffic().Of(comm.KindAllGather).Sent
+			for u := range l.Units {
+				if err := s.BeforeForward(u); err != nil {
+					return err
+				}
+				if err := s.AfterForward(u); err != nil {
+					return err
+				}
+			}
+			if c.Rank() == 0 {
+				sent[qw] = c.Traffic().Of(comm.KindAllGather).Sent - before
+			}
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Per rank, (world−1)/world of the gathered bytes: the plain gather's
+	// 4 bytes per element; qwZ's element bytes plus each module's one
+	// scale per rank (the groups being one). Unit a is gathered twice:
+	// for itself and for c, which borrows it.
+	a := l.Units[0].Numel
+	if want := int64(4 * (l.Numel + a) / 2); sent[false] != want {
+		t.Errorf("plain gathers sent %d bytes, want %d", sent[false], want)
+	}
+	scales := 2 * 4 * (5 + 1) // a, b, c, d.x, d.y, and a again; 2 ranks' one scale each
+	if want := int64((l.Numel + a + scales) / 2); sent[true] != want {
+		t.Errorf("qwZ gathers sent %d bytes, want %d", sent[true], want)
 	}
 }
