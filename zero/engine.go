@@ -402,18 +402,6 @@ func CheckPlan(plan dsconfig.Plan) (warns []string, err error) {
 	case plan.Optimizer.Impl != "DeepSpeedCPUAdam":
 		refuse(`zero_optimization.offload_optimizer.ratio %g with optimizer %s: DeepSpeed's partial offload asserts "Hybrid Optimizer Only Supports DeepSpeedCPUAdam"; use an Adam or AdamW optimizer block without torch_adam (with zero_force_ds_cpu_optimizer true), or set the ratio to 1`, off.Ratio, plan.Optimizer.Impl)
 	}
-	for _, q := range []struct {
-		on  bool
-		key string
-	}{{z.QuantizedWeights, "zero_quantized_weights"}, {z.QuantizedGradients, "zero_quantized_gradients"}} {
-		switch {
-		case !q.on || z.Stage != 3:
-		case plan.Precision.DType != "fp16":
-			refuse(`zero_optimization.%s with %s: DeepSpeed 0.14.5's quantizer kernels read the tensors as fp16 whatever their dtype (pt_binding.cpp casts them to __half*), so its ZeRO++ quantization is fp16's only (DeepSpeed issue #7775); enable fp16, or set %s false`, q.key, dtypeName(plan.Precision.DType), q.key)
-		case q.key == "zero_quantized_gradients" && plan.CommunicationDataType != "" && plan.CommunicationDataType != "fp16":
-			refuse(`zero_optimization.zero_quantized_gradients with communication_data_type %q: DeepSpeed's qgZ kernels read the gradients as fp16; remove communication_data_type, or set zero_quantized_gradients false`, plan.CommunicationDataType)
-		}
-	}
 	if world > 1 && plan.GradientAllreduceOp == "sum" {
 		refuse(`gradient_allreduce_op "sum": summed (not averaged) gradients are not implemented yet; use "mean"`)
 	}
