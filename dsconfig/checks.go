@@ -59,6 +59,29 @@ func (c *compiler) crossChecks() {
 		c.s.warnf(c.at("zero_optimization.zero_hpz_partition_size"), "zero_optimization.zero_hpz_partition_size", "use stage 3 or remove it",
 			"zero_hpz_partition_size only applies to ZeRO stage 3; ignored at stage %d", z.Stage)
 	}
+	for _, q := range []struct {
+		on       bool
+		key, tag string
+	}{{z.QuantizedWeights, "zero_quantized_weights", "qwZ"}, {z.QuantizedGradients, "zero_quantized_gradients", "qgZ"}} {
+		path := "zero_optimization." + q.key
+		switch {
+		case !q.on:
+		case z.Stage != 3:
+			c.s.warnf(c.at(path), path, "use stage 3 or remove it",
+				"%s (ZeRO++) only applies to ZeRO stage 3; ignored at stage %d", q.key, z.Stage)
+		case p.Precision.DType != "fp16":
+			// DeepSpeed runs it, on the wrong bits: never silently.
+			c.s.unsupportedf(c.at(path), path, "enable fp16, or set "+q.key+" false",
+				"ZeRO++ %s with %s: DeepSpeed 0.14.5's quantizer kernels read the tensors as fp16 whatever their dtype (pt_binding.cpp casts them to __half*; DeepSpeed issue #7775), so its quantization is fp16's only", q.tag, p.Precision.DType)
+		case q.tag == "qgZ" && p.CommunicationDataType != "" && p.CommunicationDataType != "fp16":
+			c.s.unsupportedf(c.at("communication_data_type"), path, "remove communication_data_type, or set zero_quantized_gradients false",
+				"ZeRO++ qgZ with communication_data_type %q: DeepSpeed's qgZ kernels read the gradients as fp16", p.CommunicationDataType)
+		}
+	}
+	if z.LoCo && !z.QuantizedGradients {
+		c.s.warnf(c.at("zero_optimization.zeropp_loco_param"), "zero_optimization.zeropp_loco_param", "set zero_quantized_gradients true or remove it",
+			"zeropp_loco_param is LoCo's setting for qgZ; without zero_quantized_gradients DeepSpeed ignores it")
+	}
 	if hasOpt && p.Mode == HFMode && c.at("optimizer") == nil && z.Stage > 0 && z.OffloadOptimizer.Device != OffloadNone && p.ZeroForceDSCPUOptimizer {
 		// DeepSpeed refuses a client torch optimizer with ZeRO-Offload
 		// (ZeRORuntimeException), so Accelerate, which the Trainer

@@ -131,6 +131,7 @@ type Zero struct {
 	QuantizedWeights              bool
 	QuantizedNontrainableWeights  bool
 	QuantizedGradients            bool
+	LoCo                          bool // zeropp_loco_param is present (LoCo, for qgZ)
 	MiCSShardSize                 int64
 	MiCSHierarchicalParamsGather  bool
 	MemoryEfficientLinear         bool

@@ -108,7 +108,9 @@ func (c *compiler) readZeroFields(b *block, legacy bool) {
 	z.QuantizedWeights = b.get("zero_quantized_weights").Bool(false)
 	z.QuantizedNontrainableWeights = b.get("zero_quantized_nontrainable_weights").Bool(false)
 	z.QuantizedGradients = b.get("zero_quantized_gradients").Bool(false)
-	b.get("zeropp_loco_param").Raw()
+	if loco := b.get("zeropp_loco_param"); loco.Raw() != nil {
+		z.LoCo = true
+	}
 	z.MiCSShardSize = b.get("mics_shard_size").Int(-1, math.MinInt64)
 	z.MiCSHierarchicalParamsGather = b.get("mics_hierarchical_params_gather").Bool(false)
 	z.MemoryEfficientLinear = b.get("memory_efficient_linear").Bool(true)
@@ -303,9 +305,8 @@ func (c *compiler) checkZero(b *block) {
 		key  string
 		what string
 	}{
-		{z.QuantizedWeights, "zero_quantized_weights", "ZeRO++ quantized weight all-gather (qwZ)"},
 		{z.QuantizedNontrainableWeights, "zero_quantized_nontrainable_weights", "quantized frozen weights"},
-		{z.QuantizedGradients, "zero_quantized_gradients", "ZeRO++ quantized gradients (qgZ)"},
+		{z.QuantizedGradients && z.LoCo, "zeropp_loco_param", "LoCo's error-compensated qgZ (DeepSpeed's all_to_all_loco_quant_reduce, newer than 0.14.5)"},
 	} {
 		if q.on {
 			c.s.unsupportedf(c.at("zero_optimization."+q.key), "zero_optimization."+q.key, "set it to false", "%s is not supported by dszero", q.what)

@@ -46,12 +46,14 @@ type fetcher struct {
 type flight struct {
 	hs     []comm.Handle
 	staged []staged
-	world  int // the ranks gathered from: the world, or the hpZ group
+	world  int      // the ranks gathered from: the world, or the hpZ group
+	q      *qflight // ZeRO++ qwZ: the one quantized all-gather of the group; nil otherwise
 }
 
 type staged struct {
 	param   int
 	staging []float32
+	reduced bool // qgZ's result, the rank's share only (reducer)
 }
 
 func (f *fetcher) init(s *Strategy) {
@@ -125,7 +127,17 @@ func (f *fetcher) issue(g int) error {
 		c, world, rank = s.hpz.c, s.hpz.c.Size(), s.hpz.c.Rank()
 	}
 	fl.world = world
-	for i := gr.First; i <= gr.Last; i++ {
+	if s.qw != nil {
+		if err := f.gatherQuantized(fl, g, c, world, rank, hpz); err != nil {
+			st.to(gathering)
+			st.flight = fl // landed (and its buffers returned) by Close
+			f.live += n
+			f.flying += n
+			s.fitCache()
+			return fmt.Errorf("stage 3: gathering unit %q: %w", gr.Name, err)
+		}
+	}
+	for i := gr.First; i <= gr.Last && s.qw == nil; i++ {
 		if s.persist[i] {
 			continue
 		}
@@ -182,6 +194,10 @@ func (f *fetcher) abandon(fl *flight) error {
 	for _, st := range fl.staged {
 		f.putStaging(st.staging)
 	}
+	if fl.q != nil {
+		f.s.qw.putWire(f.s.o.Acct, fl.q)
+		fl.q = nil
+	}
 	clear(fl.hs)
 	fl.hs, fl.staged = fl.hs[:0], fl.staged[:0]
 	f.spare = append(f.spare, fl)
@@ -200,6 +216,9 @@ func (f *fetcher) land(g int) error {
 	err := comm.WaitAll(fl.hs...)
 	s.waits.Gather += time.Since(t0)
 	if err == nil {
+		if fl.q != nil {
+			f.landQuantized(fl.q)
+		}
 		for _, sg := range fl.staged {
 			sp := &s.l.Specs[sg.param]
 			ps := partition.ParamPartitionSize(sp.Numel, fl.world)

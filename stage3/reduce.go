@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/dszero/dszero/comm"
+	"github.com/dszero/dszero/half"
 	"github.com/dszero/dszero/internal/zcore"
 )
 
@@ -124,6 +125,12 @@ func (r *reducer) issue(v int) error {
 	for i := un.First; i <= un.Last; i++ {
 		sp, ps := &s.l.Specs[i], s.lay.PartitionSizes[i]
 		in := g[sp.Offset : sp.Offset+sp.Numel]
+		if s.qg != nil && s.qg.on(i) {
+			if err := r.reduceQuantized(f, i, in, ps); err != nil {
+				return err
+			}
+			continue
+		}
 		if sp.Numel%s.world != 0 {
 			buf, err := s.f.getStaging(s.world * ps)
 			if err != nil {
@@ -152,6 +159,27 @@ func (r *reducer) issue(v int) error {
 		}
 	}
 	return nil
+}
+
+// reduceQuantized is issue's ZeRO++ qgZ path for parameter i (gradient
+// in, partition size ps): gradient_predivide_factor's division in fp16,
+// then all_to_all_quant_reduce, at once, into a staging buffer of the
+// rank's share that landOldest takes as it is (no averaging after it:
+// see gradQuant).
+func (r *reducer) reduceQuantized(f *rsFlight, i int, in []float32, ps int) error {
+	s := r.s
+	if pf := s.c.PredivideFactor; pf != 0 && pf != 1 {
+		divide(in, float32(pf))
+		for j, x := range in {
+			in[j] = half.NearestF16(x)
+		}
+	}
+	buf, err := s.f.getStaging(ps)
+	if err != nil {
+		return fmt.Errorf("stage 3: reducing the gradient of %s: %w", s.l.Specs[i].Name, err)
+	}
+	f.staged = append(f.staged, staged{param: i, staging: buf, reduced: true})
+	return s.qg.reduce(i, in, buf)
 }
 
 // landAll waits for every reduce-scatter in flight.
@@ -194,15 +222,21 @@ func (r *reducer) landOldest() error {
 			continue
 		}
 		src := g[sp.Offset : sp.Offset+sp.Numel]
+		reduced := false // by qgZ: the rank's share, final but for postscale
 		if k < len(fl.staged) && fl.staged[k].param == i {
-			src = fl.staged[k].staging
+			src, reduced = fl.staged[k].staging, fl.staged[k].reduced
 			k++
 		}
-		if s.world > 1 {
-			s.o.Average.Unwire(src, s.rank*ps, (s.rank+1)*ps)
+		var mine []float32
+		if reduced {
+			mine = src
+		} else {
+			if s.world > 1 {
+				s.o.Average.Unwire(src, s.rank*ps, (s.rank+1)*ps)
+			}
+			mine = src[s.rank*ps : (s.rank+1)*ps]
+			s.o.Average.After(s.o.Pool, mine)
 		}
-		mine := src[s.rank*ps : (s.rank+1)*ps]
-		s.o.Average.After(s.o.Pool, mine)
 		if m := r.postScale(); m != 0 {
 			s.o.Pool.Scale(mine, m)
 		}

@@ -102,6 +102,14 @@ type Config struct {
 	// shard group, and at each step the gradient partitions are summed
 	// across Replicas before the norm and the update. Nil: one group.
 	Replicas comm.Comm
+	// QuantizedWeights is ZeRO++ qwZ (zero_quantized_weights): the
+	// parameter all-gathers carry int8 blocks (zeropp.go). The model's
+	// dtype must be fp16.
+	QuantizedWeights bool
+	// QuantizedGradients, for ZeRO++ qgZ (zero_quantized_gradients), is
+	// the rank's two groups of the hierarchical all-to-all reduction
+	// (qgz.go); nil: the gradients are reduce-scattered.
+	QuantizedGradients *QGZ
 }
 
 // Strategy is ZeRO stage 3 on one rank (see the package doc).
@@ -148,6 +156,8 @@ type Strategy struct {
 	swap         *swapState      // offload_optimizer nvme; nil otherwise
 	pswap        *paramSwap      // offload_param nvme; nil otherwise
 	hpz          *secondary      // ZeRO++ hpZ; nil otherwise
+	qw           *weightQuant    // ZeRO++ qwZ; nil otherwise
+	qg           *gradQuant      // ZeRO++ qgZ; nil otherwise
 	accum        func([]float32) // rounding of the gradient partitions after each add (grad_accum_dtype); nil: fp32
 
 	norms, scratch []float64
@@ -292,6 +302,20 @@ func New(o zcore.Options, c Config) (_ *Strategy, err error) {
 	}
 	if c.HPZ != nil && c.HPZ.Size() > 1 {
 		s.hpz = newSecondary(c.HPZ, len(s.l.Specs), len(s.groups))
+	}
+	if c.QuantizedWeights {
+		worlds := []int{s.world}
+		if s.hpz != nil {
+			worlds = append(worlds, s.hpz.c.Size())
+		}
+		if s.qw, err = newWeightQuant(s, worlds...); err != nil {
+			return nil, err
+		}
+	}
+	if c.QuantizedGradients != nil {
+		if s.qg, err = newGradQuant(s, *c.QuantizedGradients); err != nil {
+			return nil, err
+		}
 	}
 	s.f.init(s)
 	s.r.init(s)

@@ -61,6 +61,10 @@ type Options struct {
 	// many consecutive ranks and replicates it across the groups (FSDP
 	// HYBRID_SHARD); 0 takes the plan's mics_shard_size (DeepSpeed MiCS).
 	ShardGroupSize int
+	// LocalSize is the ranks per node (DeepSpeed's accelerator
+	// device_count), for ZeRO++ qgZ's hierarchy; 0 means 1, each rank a
+	// node of its own (DeepSpeed's CPU accelerator with LOCAL_SIZE=1).
+	LocalSize int
 	// SwapFS is the filesystem of NVMe offload's swap files (nil: the
 	// operating system's, with O_DIRECT); tests inject faults through it.
 	SwapFS nvme.FS
@@ -228,6 +232,16 @@ func newStage3(plan dsconfig.Plan, o Options, so StrategyOptions, c comm.Comm) (
 			return nil, fmt.Errorf("stage 3: forming hpZ groups of %d ranks: %w", h, err)
 		}
 	}
+	if plan.Zero.QuantizedGradients {
+		ctx := o.Ctx
+		if ctx == nil {
+			ctx = context.Background()
+		}
+		var err error
+		if cfg.QuantizedGradients, err = qgzGroups(ctx, c, o.LocalSize); err != nil {
+			return nil, err
+		}
+	}
 	g := o.ShardGroupSize
 	if g == 0 && plan.Zero.MiCSShardSize > 0 {
 		g = int(plan.Zero.MiCSShardSize)
@@ -307,7 +321,46 @@ func stage3Config(plan dsconfig.Plan, o Options) stage3.Config {
 	if !plan.PrescaleGradients {
 		c.PredivideFactor = plan.GradientPredivideFactor
 	}
+	c.QuantizedWeights = z.QuantizedWeights
 	return c
+}
+
+// dtypeName is a precision's dtype for messages ("fp32" for none).
+func dtypeName(d string) string {
+	if d == "" {
+		return "fp32"
+	}
+	return d
+}
+
+// qgzGroups forms ZeRO++ qgZ's groups (DeepSpeed's
+// _get_local_all_to_all_group, two collectives): the rank's node of
+// LocalSize ranks and its peers across the nodes; nil with one node,
+// where DeepSpeed reduce-scatters instead.
+func qgzGroups(ctx context.Context, c comm.Comm, local int) (*stage3.QGZ, error) {
+	if local <= 0 {
+		local = 1
+	}
+	if local >= c.Size() {
+		return nil, nil
+	}
+	if c.Size()%local != 0 {
+		return nil, fmt.Errorf("zero_optimization.zero_quantized_gradients: %d ranks per node do not divide the world of %d ranks", local, c.Size())
+	}
+	if local == 1 {
+		// One rank per node: the nodes' group is the world, and its traffic
+		// is counted with the world's.
+		return &stage3.QGZ{Global: c}, nil
+	}
+	var q stage3.QGZ
+	var err error
+	if q.Local, err = c.Split(ctx, c.Rank()/local, c.Rank()); err != nil {
+		return nil, fmt.Errorf("stage 3: forming qgZ's node groups of %d ranks: %w", local, err)
+	}
+	if q.Global, err = c.Split(ctx, c.Rank()%local, c.Rank()); err != nil {
+		return nil, fmt.Errorf("stage 3: forming qgZ's groups across the nodes: %w", err)
+	}
+	return &q, nil
 }
 
 // averaging is the plan's gradient averaging (see zcore.Averaging):

@@ -48,6 +48,7 @@ PATCH_NOTES = {
     "nvme_ckpt": "op_compat.install_nvme_ckpt_fix (per-rank offloaded_tensors/rankNN dir, as upstream e37c37acd)",
     "sdpa_stub": "op_compat.install_sdpa_stub (F.scaled_dot_product_attention stub for DeepSpeed's flops profiler on torch<2)",
     "onebit_nccl": "onebit_backend.install (NcclBackend.compressed_allreduce ported to gloo: cupy needs CUDA)",
+    "quantizer": "quantizer_port.install (QuantizerBuilder's CUDA kernels, quantize/dequantize/swizzle_quant/quantized_reduction, ported to torch: ZeRO++ qwZ/qgZ)",
 }
 
 
@@ -267,6 +268,11 @@ def install_for(cfg, rank):
         applied.append("onebit_nccl")
     if (cfg.get("flops_profiler") or {}).get("enabled") and install_sdpa_stub():
         applied.append("sdpa_stub")
+    z = cfg.get("zero_optimization") or {}
+    if z.get("zero_quantized_weights") or z.get("zero_quantized_gradients"):
+        import quantizer_port
+        quantizer_port.install()
+        applied.append("quantizer")
     if uses_nvme(cfg):
         install_aio()
         install_aligned_pin_memory()

@@ -45,11 +45,13 @@ def free_port():
         return s.getsockname()[1]
 
 
-def launch(world, args, log_path, timeout):
+def launch(world, args, log_path, timeout, local_size=None):
     """Starts the ranks of rank_train.py with the variables torchrun would set, plus LOCAL_SIZE
     (DeepSpeed's own launcher sets it, and the CPU accelerator uses it as device_count(); without it
     ZeRO-3 runs `numactl --hardware`). torchrun itself fails with Debian's torch 1.13.1 on Python
     3.11 (Std.from_str("0") is None: 3.11's IntFlag iteration skips the 0 member).
+    local_size (default world): LOCAL_SIZE, the ranks DeepSpeed takes for one node (ZeRO++ qgZ
+    reduces hierarchically only with more than one node).
     Returns the exit codes, or None when the ranks ran past the timeout (killed)."""
     port, addr = str(free_port()), "127.0.0.1"
     env = dict(os.environ)     # envsetup.apply() has set ENV and PYTHONPATH
@@ -57,7 +59,7 @@ def launch(world, args, log_path, timeout):
     with open(log_path, "w") as log:
         for r in range(world):
             e = dict(env, RANK=str(r), LOCAL_RANK=str(r), WORLD_SIZE=str(world), LOCAL_WORLD_SIZE=str(world),
-                     LOCAL_SIZE=str(world), GROUP_RANK="0", MASTER_ADDR=addr, MASTER_PORT=port)
+                     LOCAL_SIZE=str(local_size or world), GROUP_RANK="0", MASTER_ADDR=addr, MASTER_PORT=port)
             procs.append(subprocess.Popen([sys.executable, os.path.join(HERE, "rank_train.py")] + args,
                                           env=e, stdout=log, stderr=subprocess.STDOUT))
         deadline, rcs = time.monotonic() + timeout, None
@@ -189,6 +191,9 @@ def main(argv):
     ap.add_argument("--openblas-core", default=None,
                     help="OPENBLAS_CORETYPE for the ranks, replacing any in the environment (default: SkylakeX "
                          "on AVX-512 CPUs, as the shipped references; \"\": OpenBLAS's own choice)")
+    ap.add_argument("--local-size", type=int, default=None,
+                    help="LOCAL_SIZE, DeepSpeed's devices per node (default: the world size, one node); "
+                         "1 makes every rank a node, as ZeRO++ qgZ cases need")
     a = ap.parse_args(argv)
     envsetup.apply(a.openblas_core)
     global compat, checkpoint_json, models
@@ -230,11 +235,11 @@ def main(argv):
         json.dump(spec, f, indent=1)
 
     t0 = time.time()
-    rcs = launch(a.world_size, ["--spec", os.path.join(raw, "spec.json")], os.path.join(raw, "log.txt"), a.timeout)
+    rcs = launch(a.world_size, ["--spec", os.path.join(raw, "spec.json")], os.path.join(raw, "log.txt"), a.timeout, a.local_size)
     recs = read_ranks(raw, a.world_size)
     status, err = status_of(recs, rcs, a.timeout)
     res = {"model": a.model, "run": os.path.basename(out), "status": status, "ds_config": cfg,
-           "world_size": a.world_size, "generator": provenance(argv)}
+           "world_size": a.world_size, "local_size": a.local_size or a.world_size, "generator": provenance(argv)}
     r0 = recs[0] or {}
     res["generator"]["openblas_core"] = r0.get("openblas_core")
     for k in ("deepspeed_version", "torch_version", "accelerator", "comm_backend", "engine", "dtype",
@@ -250,7 +255,7 @@ def main(argv):
         record_final(res, r0, out, a.steps)
         if save_at:
             rcs = launch(a.world_size, ["--spec", os.path.join(raw, "spec.json"), "--resume-from-step", str(save_at)],
-                         os.path.join(raw, f"log_resume{save_at}.txt"), a.timeout)
+                         os.path.join(raw, f"log_resume{save_at}.txt"), a.timeout, a.local_size)
             recs = read_ranks(raw, a.world_size, f"_resume{save_at}")
             res[f"resume_from_step{save_at}"] = (
                 resume_record(res["steps"], recs, raw, save_at, a.steps, out) if rcs is not None
