@@ -418,11 +418,11 @@ func readRank(dir, tag string, e *zero.Engine, o Options) (zero.State, error) {
 		if (stage == 1 || stage == 2) && x.dszero && x.ref.RoundRobin != rr {
 			return st, fmt.Errorf("checkpoint %s was saved with round_robin_gradients %v, this run has %v: the partitions hold the parameters in another order; set round_robin_gradients as it was saved", path, x.ref.RoundRobin, rr)
 		}
-		// Stage 3 reads the fp32 partitions and optimizer state straight
+		// Stages 1–3 read the fp32 partitions and optimizer state straight
 		// into the engine's own buffers (its view), which ImportState then
 		// takes as they are: no copy of the state is made.
 		var into *zcore.StrategyState
-		if stage == 3 {
+		if stage > 0 && !partitionedStage0(stage, dtype) {
 			v, err := e.ViewState()
 			if err != nil {
 				return st, err
@@ -548,7 +548,9 @@ func readSaved(path string, x expect, stage, rank, world int, dtype string, l *m
 		if err := x.check(optimName, rank, kindOptim, src); err != nil {
 			return st, err
 		}
-		err = readOptim(src, &st, into)
+		if err = readOptim(src, &st, into); err != nil {
+			err = fmt.Errorf("%s: %w", optimName, err)
+		}
 	}
 	if err != nil {
 		return st, fmt.Errorf("%s: %w", path, err)
@@ -635,7 +637,7 @@ func checkShapes(ms any, l *model.Layout, stage int, file string) error {
 func readStage0(ms any, st *zero.State, l *model.Layout, dtype string) error {
 	g := zcore.GroupState{Optim: zcore.OptimState{State: map[string][]float32{}}}
 	for i := range l.Specs {
-		if err := readTorchState(ms, fmt.Sprintf("optimizer.state[%d]", i), &g.Optim, nil); err != nil {
+		if err := readTorchState(ms, fmt.Sprintf("optimizer.state[%d]", i), &g.Optim, nil, false); err != nil {
 			return err
 		}
 	}
@@ -728,11 +730,14 @@ func readOptim(v any, st *zero.State, into *zcore.StrategyState) error {
 		if gs.Master, err = values(t, groupMaster(dst)); err != nil {
 			return fmt.Errorf("fp32 group %d: %w", g, err)
 		}
-		if err := readTorchState(v, fmt.Sprintf(statePath, g), &gs.Optim, groupState(dst)); err != nil {
+		// Stages 1 and 2 save the optimizer state with the partition's
+		// padding, the fp32 partition without it: a state tensor is read
+		// into the engine's unpadded buffer, its padding checked on the way
+		// (readTorchState), or read whole and checked here.
+		padded := st.Strategy.Stage != 3
+		if err := readTorchState(v, fmt.Sprintf(statePath, g), &gs.Optim, groupState(dst), padded); err != nil {
 			return err
 		}
-		// Stages 1 and 2 save the optimizer state with the partition's
-		// padding, the fp32 partition without it.
 		for k, x := range gs.Optim.State {
 			if len(x) <= len(gs.Master) || st.Strategy.Stage == 3 {
 				continue

@@ -153,6 +153,44 @@ func values(t *ptfile.Tensor, dst []float32) ([]float32, error) {
 	return dst, nil
 }
 
+// paddedValues reads the first len(dst) elements of a contiguous
+// floating tensor longer than dst into dst, and checks that the others —
+// a partition's padding — are zero, reading them a piece at a time.
+func paddedValues(t *ptfile.Tensor, dst []float32) ([]float32, error) {
+	n := t.Numel()
+	if !t.Contiguous() || len(t.Shape) != 1 {
+		return nil, fmt.Errorf("a tensor of shape %v stride %v, not a flat partition", t.Shape, t.Stride)
+	}
+	head, err := t.View(t.Offset, []int64{int64(len(dst))}, []int64{1})
+	if err != nil {
+		return nil, err
+	}
+	if err := head.ReadFloat32(dst); err != nil {
+		return nil, userError(err)
+	}
+	pad := make([]float32, min(n-int64(len(dst)), padPiece))
+	for off := int64(len(dst)); off < n; off += int64(len(pad)) {
+		p := pad[:min(int64(len(pad)), n-off)]
+		tail, err := t.View(t.Offset+off, []int64{int64(len(p))}, []int64{1})
+		if err != nil {
+			return nil, err
+		}
+		if err := tail.ReadFloat32(p); err != nil {
+			return nil, userError(err)
+		}
+		for _, x := range p {
+			if x != 0 {
+				return nil, fmt.Errorf("%d elements, the fp32 partition %d, and the extra ones are not the partition's zero padding", n, len(dst))
+			}
+		}
+	}
+	return dst, nil
+}
+
+// padPiece is the most padding elements paddedValues reads at once: a
+// partition's padding is under 2·world of them.
+const padPiece = 16 << 10
+
 func groupMaster(g *zcore.GroupState) []float32 {
 	if g == nil {
 		return nil
