@@ -345,7 +345,10 @@ func LatestTag(dir string) (string, error) {
 
 // Load restores the engine's rank state from checkpoint dir/tag (tag ""
 // reads dir/latest). Every rank calls it, on a freshly built engine with
-// the config, model and world size the checkpoint was saved with.
+// the config, model and world size the checkpoint was saved with. The
+// files are read straight into the engine's buffers, and their sha256s
+// checked as they are read: when Load fails, the engine's state is
+// undefined (build a new one).
 func Load(dir, tag string, e *zero.Engine, o Options) error {
 	sy := syncer{c: o.Comm, ctx: o.Ctx}
 	if sy.ctx == nil {
@@ -461,9 +464,9 @@ func expectOf(path string, man manifest, dtype string, l *model.Layout, rr bool)
 // readSaved reads saved rank rank's state of a checkpoint of stage over
 // world ranks, checking each file it reads against x. into, when not nil,
 // is where the fp32 groups' values go where their sizes match (see
-// readOptim).
-func readSaved(path string, x expect, stage, rank, world int, dtype string, l *model.Layout, into *zcore.StrategyState) (zero.State, error) {
-	var st zero.State
+// readOptim). A file whose sha256 is not the manifest's fails it with
+// that error, whatever else went wrong reading it.
+func readSaved(path string, x expect, stage, rank, world int, dtype string, l *model.Layout, into *zcore.StrategyState) (st zero.State, err error) {
 	manRank := rank
 	if stage == 0 {
 		manRank = 0 // stage 0 partitions nothing: every rank reads rank 0's file
@@ -496,11 +499,11 @@ func readSaved(path string, x expect, stage, rank, world int, dtype string, l *m
 		modelRank = rank
 	}
 	_, optimName := FileNames(stage, rank, dtype)
-	ms, closeMS, err := readChecked(path, modelName, man0, l)
+	ms, doneMS, err := readChecked(path, modelName, man0, l)
 	if err != nil {
 		return st, err
 	}
-	defer closeMS()
+	defer func() { err = doneMS(err) }()
 	if man.foreign {
 		if _, err := ptfile.Lookup(ms, "dszero"); err == nil {
 			return st, fmt.Errorf("checkpoint: %s was written by dszero but its manifest %s is missing: the save did not complete, or the directory was altered", path, manifestName(manRank))
@@ -540,11 +543,11 @@ func readSaved(path string, x expect, stage, rank, world int, dtype string, l *m
 	case stage == 0:
 		err = readStage0(ms, &st, l, dtype)
 	default:
-		var closeOS func()
-		if src, closeOS, err = readChecked(path, optimName, man, l); err != nil {
+		var doneOS func(error) error
+		if src, doneOS, err = readChecked(path, optimName, man, l); err != nil {
 			return st, err
 		}
-		defer closeOS()
+		defer func() { err = doneOS(err) }()
 		if err := x.check(optimName, rank, kindOptim, src); err != nil {
 			return st, err
 		}
@@ -578,15 +581,22 @@ func readManifest(path string, rank int) (manifest, error) {
 	return m, nil
 }
 
-// readChecked reads name after checking its size and sha256 against the
-// manifest, and the storages it declares against the model l. A file
-// dszero wrote is streamed (readStreamed): its tensors are read from the
-// file when their values are asked for, until done is called.
-func readChecked(path, name string, man manifest, l *model.Layout) (root any, done func(), err error) {
+// readChecked opens name, checking its size against the manifest, and
+// the storages it declares against the model l; its sha256 is computed
+// as its tensors are read (readStreamed: from the file when their values
+// are asked for, the one reading bringing the file into the page cache for
+// the other), so that a load reads it from the disk once. The caller must
+// call done once, with the error its reading of the file came to (or
+// nil): done waits for the sha256, closes the file and returns the
+// manifest's mismatch — which says why anything else failed — or else
+// that error. Nothing read from the file may be used before done returns
+// nil. A file of a foreign checkpoint (no manifest, no sha256) is read
+// whole.
+func readChecked(path, name string, man manifest, l *model.Layout) (root any, done func(error) error, err error) {
 	p := filepath.Join(path, name)
 	if man.foreign {
 		root, err := readFile(p, l, man.World)
-		return root, func() {}, err
+		return root, func(err error) error { return err }, err
 	}
 	var want *manifestEntry
 	for i := range man.Files {
@@ -597,17 +607,42 @@ func readChecked(path, name string, man manifest, l *model.Layout) (root any, do
 	if want == nil {
 		return nil, nil, fmt.Errorf("checkpoint: %s is not in rank %d's manifest", p, man.Rank)
 	}
-	got, err := digest(p)
+	fi, err := os.Stat(p)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, fmt.Errorf("checkpoint: %w", err)
 	}
-	if got.Bytes != want.Bytes {
-		return nil, nil, fmt.Errorf("checkpoint: %s has %d bytes, the manifest says %d: the file is truncated or was replaced", p, got.Bytes, want.Bytes)
+	truncated := func(n int64) error {
+		return fmt.Errorf("checkpoint: %s has %d bytes, the manifest says %d: the file is truncated or was replaced", p, n, want.Bytes)
 	}
-	if got.SHA256 != want.SHA256 {
-		return nil, nil, fmt.Errorf("checkpoint: %s does not match its sha256 in the manifest: the file is corrupted", p)
+	if fi.Size() != want.Bytes {
+		return nil, nil, truncated(fi.Size())
 	}
-	return readStreamed(p, l, man.World)
+	sum := make(chan error, 1)
+	go func() {
+		got, err := digest(p)
+		switch {
+		case err != nil:
+		case got.Bytes != want.Bytes:
+			err = truncated(got.Bytes)
+		case got.SHA256 != want.SHA256:
+			err = fmt.Errorf("checkpoint: %s does not match its sha256 in the manifest: the file is corrupted", p)
+		}
+		sum <- err
+	}()
+	verdict := func(err error) error {
+		if serr := <-sum; serr != nil {
+			return serr
+		}
+		return err
+	}
+	root, closeFile, err := readStreamed(p, l, man.World)
+	if err != nil {
+		return nil, nil, verdict(err)
+	}
+	return root, func(err error) error {
+		closeFile()
+		return verdict(err)
+	}, nil
 }
 
 // checkShapes compares the checkpoint's parameter names and shapes with
@@ -677,15 +712,15 @@ func readPartitionedStage0(path string, x expect, man0 manifest, l *model.Layout
 		if err != nil {
 			return err
 		}
-		if err := x.check(name, r, kindOptim, v); err != nil {
-			done()
-			return err
+		err = x.check(name, r, kindOptim, v)
+		if err == nil {
+			saved[r].Strategy.Stage = 1
+			if err = readOptim(v, &saved[r], nil); err != nil {
+				err = fmt.Errorf("%s: %w", name, err)
+			}
 		}
-		saved[r].Strategy.Stage = 1
-		err = readOptim(v, &saved[r], nil)
-		done()
-		if err != nil {
-			return fmt.Errorf("%s: %w", name, err)
+		if err := done(err); err != nil {
+			return err
 		}
 	}
 	f, err := gather(saved, 1, man0.World, l)
