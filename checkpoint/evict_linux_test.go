@@ -3,6 +3,8 @@ package checkpoint_test
 import (
 	"os"
 	"path/filepath"
+	"syscall"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -30,3 +32,12 @@ func evictCache(dir string) error {
 }
 
 const evictsCache = true
+
+// cpuTime is the CPU time (user and system) the process has used.
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
