@@ -425,7 +425,7 @@ func readRank(dir, tag string, e *zero.Engine, o Options) (zero.State, error) {
 		// into the engine's own buffers (its view), which ImportState then
 		// takes as they are: no copy of the state is made.
 		var into *zcore.StrategyState
-		if stage > 0 && !partitionedStage0(stage, dtype) {
+		if stage > 0 {
 			v, err := e.ViewState()
 			if err != nil {
 				return st, err
