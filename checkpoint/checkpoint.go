@@ -582,16 +582,15 @@ func readManifest(path string, rank int) (manifest, error) {
 }
 
 // readChecked opens name, checking its size against the manifest, and
-// the storages it declares against the model l; its sha256 is computed
-// as its tensors are read (readStreamed: from the file when their values
-// are asked for, the one reading bringing the file into the page cache for
-// the other), so that a load reads it from the disk once. The caller must
-// call done once, with the error its reading of the file came to (or
-// nil): done waits for the sha256, closes the file and returns the
-// manifest's mismatch — which says why anything else failed — or else
-// that error. Nothing read from the file may be used before done returns
-// nil. A file of a foreign checkpoint (no manifest, no sha256) is read
-// whole.
+// the storages it declares against the model l. Its tensors are read from
+// the file when their values are asked for (readStreamed), and its sha256
+// is computed from those reads (hashingReader), so that a load reads it
+// from the disk once. The caller must call done once, with the error its
+// reading of the file came to (or nil): done hashes what the reads left,
+// closes the file and returns the manifest's mismatch — which says why
+// anything else failed — or else that error. Nothing read from the file
+// may be used before done returns nil. A file of a foreign checkpoint (no
+// manifest, no sha256) is read whole.
 func readChecked(path, name string, man manifest, l *model.Layout) (root any, done func(error) error, err error) {
 	p := filepath.Join(path, name)
 	if man.foreign {
@@ -607,40 +606,41 @@ func readChecked(path, name string, man manifest, l *model.Layout) (root any, do
 	if want == nil {
 		return nil, nil, fmt.Errorf("checkpoint: %s is not in rank %d's manifest", p, man.Rank)
 	}
-	fi, err := os.Stat(p)
+	fd, err := os.Open(p)
 	if err != nil {
 		return nil, nil, fmt.Errorf("checkpoint: %w", err)
 	}
-	truncated := func(n int64) error {
-		return fmt.Errorf("checkpoint: %s has %d bytes, the manifest says %d: the file is truncated or was replaced", p, n, want.Bytes)
+	fi, err := fd.Stat()
+	if err != nil {
+		fd.Close()
+		return nil, nil, fmt.Errorf("checkpoint: %w", err)
 	}
 	if fi.Size() != want.Bytes {
-		return nil, nil, truncated(fi.Size())
+		fd.Close()
+		return nil, nil, fmt.Errorf("checkpoint: %s has %d bytes, the manifest says %d: the file is truncated or was replaced", p, fi.Size(), want.Bytes)
 	}
-	sum := make(chan error, 1)
-	go func() {
-		got, err := digest(p)
-		switch {
-		case err != nil:
-		case got.Bytes != want.Bytes:
-			err = truncated(got.Bytes)
-		case got.SHA256 != want.SHA256:
-			err = fmt.Errorf("checkpoint: %s does not match its sha256 in the manifest: the file is corrupted", p)
-		}
-		sum <- err
-	}()
+	hr := newHashingReader(fd, fi.Size())
 	verdict := func(err error) error {
-		if serr := <-sum; serr != nil {
+		defer fd.Close()
+		sum, serr := hr.sum()
+		switch {
+		case serr != nil:
 			return serr
+		case sum != want.SHA256:
+			return fmt.Errorf("checkpoint: %s does not match its sha256 in the manifest: the file is corrupted", p)
 		}
 		return err
 	}
-	root, closeFile, err := readStreamed(p, l, man.World)
+	f, err := ptfile.NewReader(hr, fi.Size(), p, ptfile.Options{DeepSpeed: true})
 	if err != nil {
+		return nil, nil, verdict(userError(err))
+	}
+	if err := streamFile(f, l, man.World); err != nil {
+		f.Close()
 		return nil, nil, verdict(err)
 	}
-	return root, func(err error) error {
-		closeFile()
+	return f.Root, func(err error) error {
+		f.Close()
 		return verdict(err)
 	}, nil
 }
@@ -751,27 +751,37 @@ func readOptim(v any, st *zero.State, into *zcore.StrategyState) error {
 		}
 		groups, statePath = l, "optimizer_state_dict.base_optimizer_state.state[%d]"
 	}
+	groupInto := func(g int) *zcore.GroupState {
+		if into != nil && g < len(into.Groups) {
+			return &into.Groups[g]
+		}
+		return nil
+	}
+	// The tensors are read in the files' order — every group's optimizer
+	// state, then the fp32 groups, as DeepSpeed and dszero save them — so
+	// that the file is read once (hashingReader).
+	gss := make([]zcore.GroupState, len(groups))
 	for g := range groups {
-		gs := zcore.GroupState{Optim: zcore.OptimState{State: map[string][]float32{}}}
+		gs := &gss[g]
+		gs.Optim.State = map[string][]float32{}
+		// Stages 1 and 2 save the optimizer state with the partition's
+		// padding, the fp32 partition without it: a state tensor is read
+		// into the engine's unpadded buffer, its padding checked on the way
+		// (readTorchState), or read whole and checked below.
+		padded := st.Strategy.Stage != 3
+		if err := readTorchState(v, fmt.Sprintf(statePath, g), &gs.Optim, groupState(groupInto(g)), padded); err != nil {
+			return err
+		}
+	}
+	for g := range groups {
+		gs := &gss[g]
 		t, ok := groups[g].(*ptfile.Tensor)
 		if !ok {
 			return fmt.Errorf("fp32 group %d is %s, not a tensor", g, ptfile.TypeName(groups[g]))
 		}
-		var dst *zcore.GroupState
-		if into != nil && g < len(into.Groups) {
-			dst = &into.Groups[g]
-		}
 		var err error
-		if gs.Master, err = values(t, groupMaster(dst)); err != nil {
+		if gs.Master, err = values(t, groupMaster(groupInto(g))); err != nil {
 			return fmt.Errorf("fp32 group %d: %w", g, err)
-		}
-		// Stages 1 and 2 save the optimizer state with the partition's
-		// padding, the fp32 partition without it: a state tensor is read
-		// into the engine's unpadded buffer, its padding checked on the way
-		// (readTorchState), or read whole and checked here.
-		padded := st.Strategy.Stage != 3
-		if err := readTorchState(v, fmt.Sprintf(statePath, g), &gs.Optim, groupState(dst), padded); err != nil {
-			return err
 		}
 		for k, x := range gs.Optim.State {
 			if len(x) <= len(gs.Master) || st.Strategy.Stage == 3 {
@@ -784,8 +794,8 @@ func readOptim(v any, st *zero.State, into *zcore.StrategyState) error {
 			}
 			gs.Optim.State[k] = x[:len(gs.Master)]
 		}
-		st.Strategy.Groups = append(st.Strategy.Groups, gs)
 	}
+	st.Strategy.Groups = append(st.Strategy.Groups, gss...)
 	return readResume(v, clientKey+".optim_resume", st.Strategy.Groups)
 }
 

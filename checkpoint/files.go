@@ -111,30 +111,24 @@ func (e *fileError) Unwrap() error { return e.pe }
 // the pickled client state's tensors) are loaded at open.
 const streamMin = 64 << 10
 
-// readStreamed opens a checkpoint file for a model of layout l saved on
-// world ranks as readFile does, but loads only its small storages: the
-// others are read, when their values are asked for (values), from the
-// file (ptfile.File.Stream), each checked against its CRC-32 as it is
-// read, until done is called.
-func readStreamed(path string, l *model.Layout, world int) (root any, done func(), err error) {
-	f, err := openFile(path)
-	if err != nil {
-		return nil, nil, err
-	}
+// streamFile makes an opened checkpoint file of a model of layout l saved
+// on world ranks readable where its values go: its storages are checked
+// as readFile checks them, its small ones loaded, and the others read,
+// when their values are asked for (values), from the file
+// (ptfile.File.Stream), each checked against its CRC-32 as it is read.
+func streamFile(f *ptfile.File, l *model.Layout, world int) error {
 	if err := checkStorages(f, l.Numel, len(l.Specs), world); err != nil {
-		f.Close()
-		return nil, nil, err
+		return err
 	}
 	for _, s := range f.Storages {
 		if s.NBytes() < streamMin {
 			if err := f.Load(s); err != nil {
-				f.Close()
-				return nil, nil, userError(err)
+				return userError(err)
 			}
 		}
 	}
 	f.Stream()
-	return f.Root, func() { f.Close() }, nil
+	return nil
 }
 
 // values reads a floating tensor's elements as float32: into dst when it
