@@ -3,6 +3,9 @@ package checkpoint
 import (
 	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
+
 	"github.com/dszero/dszero/internal/zcore"
 
 	"github.com/dszero/dszero/model"
@@ -110,6 +113,70 @@ func (e *fileError) Unwrap() error { return e.pe }
 // where its values go rather than loaded: smaller ones (steps, scalars,
 // the pickled client state's tensors) are loaded at open.
 const streamMin = 64 << 10
+
+// readChecked opens name, checking its size against the manifest, and
+// the storages it declares against the model l. Its tensors are read from
+// the file when their values are asked for (readStreamed), and its sha256
+// is computed from those reads (hashingReader), so that a load reads it
+// from the disk once. The caller must call done once, with the error its
+// reading of the file came to (or nil): done hashes what the reads left,
+// closes the file and returns the manifest's mismatch — which says why
+// anything else failed — or else that error. Nothing read from the file
+// may be used before done returns nil. A file of a foreign checkpoint (no
+// manifest, no sha256) is read whole.
+func readChecked(path, name string, man manifest, l *model.Layout) (root any, done func(error) error, err error) {
+	p := filepath.Join(path, name)
+	if man.foreign {
+		root, err := readFile(p, l, man.World)
+		return root, func(err error) error { return err }, err
+	}
+	var want *manifestEntry
+	for i := range man.Files {
+		if man.Files[i].Name == name {
+			want = &man.Files[i]
+		}
+	}
+	if want == nil {
+		return nil, nil, fmt.Errorf("checkpoint: %s is not in rank %d's manifest", p, man.Rank)
+	}
+	fd, err := os.Open(p)
+	if err != nil {
+		return nil, nil, fmt.Errorf("checkpoint: %w", err)
+	}
+	fi, err := fd.Stat()
+	if err != nil {
+		fd.Close()
+		return nil, nil, fmt.Errorf("checkpoint: %w", err)
+	}
+	if fi.Size() != want.Bytes {
+		fd.Close()
+		return nil, nil, fmt.Errorf("checkpoint: %s has %d bytes, the manifest says %d: the file is truncated or was replaced", p, fi.Size(), want.Bytes)
+	}
+	hr := newHashingReader(fd, fi.Size())
+	verdict := func(err error) error {
+		defer fd.Close()
+		sum, serr := hr.sum()
+		switch {
+		case serr != nil:
+			return serr
+		case sum != want.SHA256:
+			return fmt.Errorf("checkpoint: %s does not match its sha256 in the manifest: the file is corrupted", p)
+		}
+		return err
+	}
+	f, err := ptfile.NewReader(hr, fi.Size(), p, ptfile.Options{DeepSpeed: true})
+	if err != nil {
+		return nil, nil, verdict(userError(err))
+	}
+	if err := streamFile(f, l, man.World); err != nil {
+		f.Close()
+		return nil, nil, verdict(err)
+	}
+	return f.Root, func(err error) error {
+		f.Close()
+		return verdict(err)
+	}, nil
+}
 
 // streamFile makes an opened checkpoint file of a model of layout l saved
 // on world ranks readable where its values go: its storages are checked
