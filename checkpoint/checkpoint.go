@@ -345,7 +345,10 @@ func LatestTag(dir string) (string, error) {
 
 // Load restores the engine's rank state from checkpoint dir/tag (tag ""
 // reads dir/latest). Every rank calls it, on a freshly built engine with
-// the config, model and world size the checkpoint was saved with.
+// the config, model and world size the checkpoint was saved with. The
+// files are read straight into the engine's buffers, and their sha256s
+// checked as they are read: when Load fails, the engine's state is
+// undefined (build a new one).
 func Load(dir, tag string, e *zero.Engine, o Options) error {
 	sy := syncer{c: o.Comm, ctx: o.Ctx}
 	if sy.ctx == nil {
@@ -418,11 +421,11 @@ func readRank(dir, tag string, e *zero.Engine, o Options) (zero.State, error) {
 		if (stage == 1 || stage == 2) && x.dszero && x.ref.RoundRobin != rr {
 			return st, fmt.Errorf("checkpoint %s was saved with round_robin_gradients %v, this run has %v: the partitions hold the parameters in another order; set round_robin_gradients as it was saved", path, x.ref.RoundRobin, rr)
 		}
-		// Stage 3 reads the fp32 partitions and optimizer state straight
+		// Stages 1–3 read the fp32 partitions and optimizer state straight
 		// into the engine's own buffers (its view), which ImportState then
 		// takes as they are: no copy of the state is made.
 		var into *zcore.StrategyState
-		if stage == 3 {
+		if stage > 0 {
 			v, err := e.ViewState()
 			if err != nil {
 				return st, err
@@ -461,9 +464,9 @@ func expectOf(path string, man manifest, dtype string, l *model.Layout, rr bool)
 // readSaved reads saved rank rank's state of a checkpoint of stage over
 // world ranks, checking each file it reads against x. into, when not nil,
 // is where the fp32 groups' values go where their sizes match (see
-// readOptim).
-func readSaved(path string, x expect, stage, rank, world int, dtype string, l *model.Layout, into *zcore.StrategyState) (zero.State, error) {
-	var st zero.State
+// readOptim). A file whose sha256 is not the manifest's fails it with
+// that error, whatever else went wrong reading it.
+func readSaved(path string, x expect, stage, rank, world int, dtype string, l *model.Layout, into *zcore.StrategyState) (st zero.State, err error) {
 	manRank := rank
 	if stage == 0 {
 		manRank = 0 // stage 0 partitions nothing: every rank reads rank 0's file
@@ -496,11 +499,11 @@ func readSaved(path string, x expect, stage, rank, world int, dtype string, l *m
 		modelRank = rank
 	}
 	_, optimName := FileNames(stage, rank, dtype)
-	ms, closeMS, err := readChecked(path, modelName, man0, l)
+	ms, doneMS, err := readChecked(path, modelName, man0, l)
 	if err != nil {
 		return st, err
 	}
-	defer closeMS()
+	defer func() { err = doneMS(err) }()
 	if man.foreign {
 		if _, err := ptfile.Lookup(ms, "dszero"); err == nil {
 			return st, fmt.Errorf("checkpoint: %s was written by dszero but its manifest %s is missing: the save did not complete, or the directory was altered", path, manifestName(manRank))
@@ -540,15 +543,17 @@ func readSaved(path string, x expect, stage, rank, world int, dtype string, l *m
 	case stage == 0:
 		err = readStage0(ms, &st, l, dtype)
 	default:
-		var closeOS func()
-		if src, closeOS, err = readChecked(path, optimName, man, l); err != nil {
+		var doneOS func(error) error
+		if src, doneOS, err = readChecked(path, optimName, man, l); err != nil {
 			return st, err
 		}
-		defer closeOS()
+		defer func() { err = doneOS(err) }()
 		if err := x.check(optimName, rank, kindOptim, src); err != nil {
 			return st, err
 		}
-		err = readOptim(src, &st, into)
+		if err = readOptim(src, &st, into); err != nil {
+			err = fmt.Errorf("%s: %w", optimName, err)
+		}
 	}
 	if err != nil {
 		return st, fmt.Errorf("%s: %w", path, err)
@@ -574,38 +579,6 @@ func readManifest(path string, rank int) (manifest, error) {
 		return m, fmt.Errorf("checkpoint: %s: %w", p, err)
 	}
 	return m, nil
-}
-
-// readChecked reads name after checking its size and sha256 against the
-// manifest, and the storages it declares against the model l. A file
-// dszero wrote is streamed (readStreamed): its tensors are read from the
-// file when their values are asked for, until done is called.
-func readChecked(path, name string, man manifest, l *model.Layout) (root any, done func(), err error) {
-	p := filepath.Join(path, name)
-	if man.foreign {
-		root, err := readFile(p, l, man.World)
-		return root, func() {}, err
-	}
-	var want *manifestEntry
-	for i := range man.Files {
-		if man.Files[i].Name == name {
-			want = &man.Files[i]
-		}
-	}
-	if want == nil {
-		return nil, nil, fmt.Errorf("checkpoint: %s is not in rank %d's manifest", p, man.Rank)
-	}
-	got, err := digest(p)
-	if err != nil {
-		return nil, nil, err
-	}
-	if got.Bytes != want.Bytes {
-		return nil, nil, fmt.Errorf("checkpoint: %s has %d bytes, the manifest says %d: the file is truncated or was replaced", p, got.Bytes, want.Bytes)
-	}
-	if got.SHA256 != want.SHA256 {
-		return nil, nil, fmt.Errorf("checkpoint: %s does not match its sha256 in the manifest: the file is corrupted", p)
-	}
-	return readStreamed(p, l, man.World)
 }
 
 // checkShapes compares the checkpoint's parameter names and shapes with
@@ -642,7 +615,7 @@ func readStage0(ms any, st *zero.State, l *model.Layout, dtype string) error {
 		return readResume(ms, clientKey+".optim_resume", st.Strategy.Groups)
 	}
 	for i := range l.Specs {
-		if err := readTorchState(ms, fmt.Sprintf("optimizer.state[%d]", i), &g.Optim, nil); err != nil {
+		if err := readTorchState(ms, fmt.Sprintf("optimizer.state[%d]", i), &g.Optim, nil, false); err != nil {
 			return err
 		}
 	}
@@ -682,15 +655,15 @@ func readPartitionedStage0(path string, x expect, man0 manifest, l *model.Layout
 		if err != nil {
 			return err
 		}
-		if err := x.check(name, r, kindOptim, v); err != nil {
-			done()
-			return err
+		err = x.check(name, r, kindOptim, v)
+		if err == nil {
+			saved[r].Strategy.Stage = 1
+			if err = readOptim(v, &saved[r], nil); err != nil {
+				err = fmt.Errorf("%s: %w", name, err)
+			}
 		}
-		saved[r].Strategy.Stage = 1
-		err = readOptim(v, &saved[r], nil)
-		done()
-		if err != nil {
-			return fmt.Errorf("%s: %w", name, err)
+		if err := done(err); err != nil {
+			return err
 		}
 	}
 	f, err := gather(saved, 1, man0.World, l)
@@ -721,25 +694,38 @@ func readOptim(v any, st *zero.State, into *zcore.StrategyState) error {
 		}
 		groups, statePath = l, "optimizer_state_dict.base_optimizer_state.state[%d]"
 	}
+	groupInto := func(g int) *zcore.GroupState {
+		if into != nil && g < len(into.Groups) {
+			return &into.Groups[g]
+		}
+		return nil
+	}
+	// The tensors are read in the files' order — every group's optimizer
+	// state, then the fp32 groups, as DeepSpeed and dszero save them — so
+	// that the file is read once (hashingReader).
+	gss := make([]zcore.GroupState, len(groups))
 	for g := range groups {
-		gs := zcore.GroupState{Optim: zcore.OptimState{State: map[string][]float32{}}}
+		gs := &gss[g]
+		gs.Optim.State = map[string][]float32{}
+		// Stages 1 and 2 save the optimizer state with the partition's
+		// padding, the fp32 partition without it: a state tensor is read
+		// into the engine's unpadded buffer, its padding checked on the way
+		// (readTorchState), or read whole and checked below.
+		padded := st.Strategy.Stage != 3
+		if err := readTorchState(v, fmt.Sprintf(statePath, g), &gs.Optim, groupState(groupInto(g)), padded); err != nil {
+			return err
+		}
+	}
+	for g := range groups {
+		gs := &gss[g]
 		t, ok := groups[g].(*ptfile.Tensor)
 		if !ok {
 			return fmt.Errorf("fp32 group %d is %s, not a tensor", g, ptfile.TypeName(groups[g]))
 		}
-		var dst *zcore.GroupState
-		if into != nil && g < len(into.Groups) {
-			dst = &into.Groups[g]
-		}
 		var err error
-		if gs.Master, err = values(t, groupMaster(dst)); err != nil {
+		if gs.Master, err = values(t, groupMaster(groupInto(g))); err != nil {
 			return fmt.Errorf("fp32 group %d: %w", g, err)
 		}
-		if err := readTorchState(v, fmt.Sprintf(statePath, g), &gs.Optim, groupState(dst)); err != nil {
-			return err
-		}
-		// Stages 1 and 2 save the optimizer state with the partition's
-		// padding, the fp32 partition without it.
 		for k, x := range gs.Optim.State {
 			if len(x) <= len(gs.Master) || st.Strategy.Stage == 3 {
 				continue
@@ -751,8 +737,8 @@ func readOptim(v any, st *zero.State, into *zcore.StrategyState) error {
 			}
 			gs.Optim.State[k] = x[:len(gs.Master)]
 		}
-		st.Strategy.Groups = append(st.Strategy.Groups, gs)
 	}
+	st.Strategy.Groups = append(st.Strategy.Groups, gss...)
 	return readResume(v, clientKey+".optim_resume", st.Strategy.Groups)
 }
 

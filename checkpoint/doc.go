@@ -66,9 +66,11 @@
 // every file it reads against the manifest — a truncated or altered file
 // is an error naming it — and restores the rank's state bit for bit into
 // an engine built from the same config (a dszero file's tensors are read
-// from the file where they go, at stage 3 into the engine's own buffers,
-// never as a copy of the file): the next steps are those of the
-// uninterrupted run. A checkpoint of another ZeRO stage or world size is
+// from the file where they go — at stages 1–3 into the engine's own
+// buffers, the padding that stages 1 and 2 save in their optimizer state
+// checked on the way — never as a copy of the file, in the file's order,
+// and each file's sha256 is computed from those reads (hashread.go), so
+// that the file is read once): the next steps are those of the uninterrupted run. A checkpoint of another ZeRO stage or world size is
 // resharded (reshard.go): every rank reads every saved rank's fp32 master
 // and optimizer state, puts the model's back together and takes its own
 // part in the new layout — what DeepSpeed needs its universal-checkpoint

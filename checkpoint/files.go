@@ -3,6 +3,9 @@ package checkpoint
 import (
 	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
+
 	"github.com/dszero/dszero/internal/zcore"
 
 	"github.com/dszero/dszero/model"
@@ -111,30 +114,88 @@ func (e *fileError) Unwrap() error { return e.pe }
 // the pickled client state's tensors) are loaded at open.
 const streamMin = 64 << 10
 
-// readStreamed opens a checkpoint file for a model of layout l saved on
-// world ranks as readFile does, but loads only its small storages: the
-// others are read, when their values are asked for (values), from the
-// file (ptfile.File.Stream), each checked against its CRC-32 as it is
-// read, until done is called.
-func readStreamed(path string, l *model.Layout, world int) (root any, done func(), err error) {
-	f, err := openFile(path)
-	if err != nil {
-		return nil, nil, err
+// readChecked opens name, checking its size against the manifest, and
+// the storages it declares against the model l. Its tensors are read from
+// the file when their values are asked for (readStreamed), and its sha256
+// is computed from those reads (hashingReader), so that a load reads it
+// from the disk once. The caller must call done once, with the error its
+// reading of the file came to (or nil): done hashes what the reads left,
+// closes the file and returns the manifest's mismatch — which says why
+// anything else failed — or else that error. Nothing read from the file
+// may be used before done returns nil. A file of a foreign checkpoint (no
+// manifest, no sha256) is read whole.
+func readChecked(path, name string, man manifest, l *model.Layout) (root any, done func(error) error, err error) {
+	p := filepath.Join(path, name)
+	if man.foreign {
+		root, err := readFile(p, l, man.World)
+		return root, func(err error) error { return err }, err
 	}
-	if err := checkStorages(f, l.Numel, len(l.Specs), world); err != nil {
+	var want *manifestEntry
+	for i := range man.Files {
+		if man.Files[i].Name == name {
+			want = &man.Files[i]
+		}
+	}
+	if want == nil {
+		return nil, nil, fmt.Errorf("checkpoint: %s is not in rank %d's manifest", p, man.Rank)
+	}
+	fd, err := os.Open(p)
+	if err != nil {
+		return nil, nil, fmt.Errorf("checkpoint: %w", err)
+	}
+	fi, err := fd.Stat()
+	if err != nil {
+		fd.Close()
+		return nil, nil, fmt.Errorf("checkpoint: %w", err)
+	}
+	if fi.Size() != want.Bytes {
+		fd.Close()
+		return nil, nil, fmt.Errorf("checkpoint: %s has %d bytes, the manifest says %d: the file is truncated or was replaced", p, fi.Size(), want.Bytes)
+	}
+	hr := newHashingReader(fd, fi.Size())
+	verdict := func(err error) error {
+		defer fd.Close()
+		sum, serr := hr.sum()
+		switch {
+		case serr != nil:
+			return serr
+		case sum != want.SHA256:
+			return fmt.Errorf("checkpoint: %s does not match its sha256 in the manifest: the file is corrupted", p)
+		}
+		return err
+	}
+	f, err := ptfile.NewReader(hr, fi.Size(), p, ptfile.Options{DeepSpeed: true})
+	if err != nil {
+		return nil, nil, verdict(userError(err))
+	}
+	if err := streamFile(f, l, man.World); err != nil {
 		f.Close()
-		return nil, nil, err
+		return nil, nil, verdict(err)
+	}
+	return f.Root, func(err error) error {
+		f.Close()
+		return verdict(err)
+	}, nil
+}
+
+// streamFile makes an opened checkpoint file of a model of layout l saved
+// on world ranks readable where its values go: its storages are checked
+// as readFile checks them, its small ones loaded, and the others read,
+// when their values are asked for (values), from the file
+// (ptfile.File.Stream), each checked against its CRC-32 as it is read.
+func streamFile(f *ptfile.File, l *model.Layout, world int) error {
+	if err := checkStorages(f, l.Numel, len(l.Specs), world); err != nil {
+		return err
 	}
 	for _, s := range f.Storages {
 		if s.NBytes() < streamMin {
 			if err := f.Load(s); err != nil {
-				f.Close()
-				return nil, nil, userError(err)
+				return userError(err)
 			}
 		}
 	}
 	f.Stream()
-	return f.Root, func() { f.Close() }, nil
+	return nil
 }
 
 // values reads a floating tensor's elements as float32: into dst when it
@@ -152,6 +213,44 @@ func values(t *ptfile.Tensor, dst []float32) ([]float32, error) {
 	}
 	return dst, nil
 }
+
+// paddedValues reads the first len(dst) elements of a contiguous
+// floating tensor longer than dst into dst, and checks that the others —
+// a partition's padding — are zero, reading them a piece at a time.
+func paddedValues(t *ptfile.Tensor, dst []float32) ([]float32, error) {
+	n := t.Numel()
+	if !t.Contiguous() || len(t.Shape) != 1 {
+		return nil, fmt.Errorf("a tensor of shape %v stride %v, not a flat partition", t.Shape, t.Stride)
+	}
+	head, err := t.View(t.Offset, []int64{int64(len(dst))}, []int64{1})
+	if err != nil {
+		return nil, err
+	}
+	if err := head.ReadFloat32(dst); err != nil {
+		return nil, userError(err)
+	}
+	pad := make([]float32, min(n-int64(len(dst)), padPiece))
+	for off := int64(len(dst)); off < n; off += int64(len(pad)) {
+		p := pad[:min(int64(len(pad)), n-off)]
+		tail, err := t.View(t.Offset+off, []int64{int64(len(p))}, []int64{1})
+		if err != nil {
+			return nil, err
+		}
+		if err := tail.ReadFloat32(p); err != nil {
+			return nil, userError(err)
+		}
+		for _, x := range p {
+			if x != 0 {
+				return nil, fmt.Errorf("%d elements, the fp32 partition %d, and the extra ones are not the partition's zero padding", n, len(dst))
+			}
+		}
+	}
+	return dst, nil
+}
+
+// padPiece is the most padding elements paddedValues reads at once: a
+// partition's padding is under 2·world of them.
+const padPiece = 16 << 10
 
 func groupMaster(g *zcore.GroupState) []float32 {
 	if g == nil {

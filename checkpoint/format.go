@@ -512,8 +512,10 @@ func floats(v any, path string) ([]float32, error) {
 
 // readTorchState reads one flat parameter's optimizer state into o
 // (State keyed by name, appended in order for stage 0's per-parameter
-// entries); a tensor is read into into[name] when that has its size.
-func readTorchState(v any, path string, o *zcore.OptimState, into map[string][]float32) error {
+// entries); a tensor is read into into[name] when that has its size, or,
+// when padded (stages 1 and 2: the tensors hold the partition's padding,
+// into's buffers do not), when it is longer than into[name] by zeros.
+func readTorchState(v any, path string, o *zcore.OptimState, into map[string][]float32, padded bool) error {
 	d, err := get[*ptfile.Dict](v, path)
 	if err != nil {
 		return err
@@ -539,7 +541,12 @@ func readTorchState(v any, path string, o *zcore.OptimState, into map[string][]f
 		if !ok {
 			return fmt.Errorf("%s.%s is %s, not a tensor", path, name, ptfile.TypeName(x))
 		}
-		f, err := values(t, into[name])
+		var f []float32
+		if dst := into[name]; padded && len(dst) > 0 && t.Numel() > int64(len(dst)) {
+			f, err = paddedValues(t, dst)
+		} else {
+			f, err = values(t, dst)
+		}
 		if err != nil {
 			return fmt.Errorf("%s.%s: %w", path, name, err)
 		}

@@ -399,3 +399,60 @@ func TestLoadFailureNamed(t *testing.T) {
 		t.Errorf("rank 0: %v", errs[0])
 	}
 }
+
+// TestNonzeroPaddingRefused: a stage 1 or 2 optimizer-state tensor holds
+// the partition's padding, which the engine's buffers (the ones a load
+// reads into) do not: padding that is not zero — a file altered, or not
+// written for this layout — fails the load, naming the file and the
+// tensor.
+func TestNonzeroPaddingRefused(t *testing.T) {
+	for _, stage := range []int{1, 2} {
+		t.Run(fmt.Sprintf("stage %d", stage), func(t *testing.T) {
+			l := biasedLayout(2, 8, 8, 3) // 131 elements, padded to 132: rank 1's last
+			plan := mustPlan(t, stage, 2)
+			dir := t.TempDir()
+			err := bigRanks(plan, &l, true, func(r int, eng *zero.Engine, c comm.Comm, _ *mem.Accountant) error {
+				return checkpoint.Save(dir, "", eng, checkpoint.Options{Layout: &l, Comm: c})
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			name := "zero_pp_rank_1_mp_rank_00_optim_states.pt"
+			file := filepath.Join(dir, "global_step0", name)
+			root, err := ptfile.Read(file, ptfile.Options{DeepSpeed: true})
+			if err != nil {
+				t.Fatal(err)
+			}
+			path := "optimizer_state_dict.base_optimizer_state.state[0].exp_avg_sq"
+			tn, err := ptfile.Get[*ptfile.Tensor](root, path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if n := tn.Numel(); n != 66 {
+				t.Fatalf("%s has %d elements, want rank 1's padded partition of 66", path, n)
+			}
+			last := (tn.Offset + tn.Numel() - 1) * 4
+			if got := binary.LittleEndian.Uint32(tn.Storage.Data[last:]); got != 0 {
+				t.Fatalf("the padding of %s saved is %v, not zero", path, f32(got))
+			}
+			binary.LittleEndian.PutUint32(tn.Storage.Data[last:], 0x3f800000) // 1.0
+			if err := ptfile.Write(file, root); err != nil {
+				t.Fatal(err)
+			}
+			rewriteManifests(t, filepath.Join(dir, "global_step0"))
+			errs := make([]error, 2)
+			inproc.New(2, inproc.Options{Timeout: time.Minute}).Run(func(c comm.Comm) error {
+				eng, err := zero.NewEngine(plan, zero.Options{Acct: mem.NewAccountant(c.Rank()), Layout: &l, Workers: 1, Comm: c, Init: make([]float32, l.Numel)})
+				if err != nil {
+					errs[c.Rank()] = err
+					return err
+				}
+				defer eng.Close()
+				errs[c.Rank()] = checkpoint.Load(dir, "", eng, checkpoint.Options{Layout: &l, Comm: c})
+				return errs[c.Rank()]
+			})
+			wantAll(t, "rank 1", errs[1], name, "state[0].exp_avg_sq", "66 elements", "not the partition's zero padding")
+			wantAll(t, "rank 0", errs[0], "rank 1 failed to load")
+		})
+	}
+}

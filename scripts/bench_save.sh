@@ -7,7 +7,10 @@
 #      as dszero train prints it) beside `dd oflag=direct` writing as many
 #      bytes to the same directory;
 #   3. the load's throughput (BenchmarkSaveLoad's load/, reading what its
-#      save/ wrote) beside `dd iflag=direct` reading the dd file back.
+#      save/ wrote, from the disk) beside `dd iflag=direct` reading the dd
+#      file back (of the 25M model; DSZERO_BENCH_LARGE=gpt2, gpt2-medium
+#      or 1 adds larger ones; scripts/bench_load.sh measures loads round
+#      by round).
 # Usage: scripts/bench_save.sh DIR [MODEL]   (DIR: on the disk to measure;
 # it needs about 3x the checkpoint free). Prints one line per figure and
 # the load average before each.

@@ -146,22 +146,34 @@ func (s *Shard) ExportState(stage int) StrategyState {
 
 // ImportState restores the shard's master partition and optimizer state
 // from st, and the working parameters from every rank's master (a
-// collective: every rank calls it).
+// collective: every rank calls it). st may be the shard's own view
+// (ViewState) that a loader filled: its buffers are then copied onto
+// themselves, and nothing is allocated.
 func (s *Shard) ImportState(stage int, st StrategyState) error {
 	rank := s.o.Comm.Rank()
 	if err := st.Check(stage, s.o.Comm.Size(), rank, s.o.Layout.Numel, []int{s.Flat.SavedLen(rank)}); err != nil {
 		return err
 	}
 	g := st.Groups[0]
-	clear(s.master)
 	copy(s.master, g.Master)
+	clear(s.master[len(g.Master):])
+	// The optimizer state is the partition's, padding included: each
+	// tensor goes into the optimizer's own buffer (a no-op for a view) and
+	// its padding is zeroed; a state the optimizer has not created yet is
+	// padded in a new buffer.
 	padded := g.Optim
 	padded.State = map[string][]float32{}
 	for n, v := range g.Optim.State {
 		if len(v) != len(g.Master) {
 			return fmt.Errorf("optimizer state %s has %d elements, the master partition %d", n, len(v), len(g.Master))
 		}
-		padded.State[n] = append(v[:len(v):len(v)], make([]float32, len(s.master)-len(v))...)
+		buf := s.opt.State(n)
+		if len(buf) != len(s.master) {
+			buf = make([]float32, len(s.master))
+		}
+		copy(buf, v)
+		clear(buf[len(v):])
+		padded.State[n] = buf
 	}
 	if err := ImportOptim(s.opt, padded); err != nil {
 		return err
