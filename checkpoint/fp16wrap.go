@@ -87,7 +87,7 @@ func readFP16Wrapper(ms any, g *zcore.GroupState, l *model.Layout) (bool, error)
 	}
 	const p = "optimizer.optimizer_state_dict.state"
 	if _, err := ptfile.Lookup(ms, "optimizer.fp32_groups_flat"); err == nil {
-		if err := readTorchState(ms, p+"[0]", &g.Optim, nil); err != nil {
+		if err := readTorchState(ms, p+"[0]", &g.Optim, nil, false); err != nil {
 			return true, err
 		}
 		m, err := floats(ms, "optimizer.fp32_groups_flat[0]")
@@ -102,7 +102,7 @@ func readFP16Wrapper(ms any, g *zcore.GroupState, l *model.Layout) (bool, error)
 	}
 	g.Master = make([]float32, 0, l.Numel)
 	for i, sp := range l.Specs {
-		if err := readTorchState(ms, fmt.Sprintf("%s[%d]", p, i), &g.Optim, nil); err != nil {
+		if err := readTorchState(ms, fmt.Sprintf("%s[%d]", p, i), &g.Optim, nil, false); err != nil {
 			return true, err
 		}
 		v, err := floats(ms, fmt.Sprintf("optimizer.fp32_groups[0][%d]", i))
