@@ -416,6 +416,11 @@ func bf16OptimizerState(ss zcore.StrategyState, l *model.Layout, plan dsconfig.P
 	lo, _ := flat.Partition(ss.Rank)
 	osd := ptfile.NewDict()
 	partitionState(osd, ss.Groups[0], lo, lo+flat.SavedLen(ss.Rank), l, ss, plan.GradientClipping, false, groupTypes(plan), nil)
+	// Unlike ZeRO-1/2, BF16_Optimizer saves its fp32 partition with the
+	// padding (state_dict's fp32_groups_flat_partition, zeros there): a
+	// partition of PartitionSize elements on every rank.
+	n := flat.SavedLen(ss.Rank)
+	osd.Set("single_partition_of_fp32_groups", ptfile.List{stateTensor(ss.Groups[0].Master[lo:lo+n], flat.PartitionSize-n, []int64{int64(flat.PartitionSize)})})
 	return osd
 }
 

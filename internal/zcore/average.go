@@ -23,8 +23,11 @@ import (
 //     g ← g / world (tensor.div_), before the sum and nothing after;
 //     prescale_gradients and gradient_predivide_factor play no part.
 //
-// Multipliers are the Python double rounded to float32 (tensor.mul_ of a
-// float); the ZeRO division is a float32 division. For a power-of-two
+// Multipliers are the Python double rounded to the dtype of the tensor
+// they multiply (tensor.mul_ of a float: torch casts the scalar to the
+// tensor's dtype, so a 16-bit sum is multiplied by bf16(1/3) =
+// 0.333984375, not by 1/3); the ZeRO division is a float32 division,
+// rounded. For a power-of-two
 // world every rule is exact, so the average is the same bits whichever
 // rule and whichever place the reduction happens in.
 //
@@ -108,7 +111,7 @@ func (a Averaging) Before(p *optim.Pool, x []float32, size int) comm.Op {
 	}
 	round(toComm, x)
 	if a.pre != 0 {
-		p.Scale(x, a.pre)
+		p.Scale(x, ScalarIn(a.comm, a.pre))
 		round(toComm, x)
 	}
 	return comm.Sum
@@ -119,7 +122,7 @@ func (a Averaging) Before(p *optim.Pool, x []float32, size int) comm.Op {
 // bucket's dtype.
 func (a Averaging) After(p *optim.Pool, x []float32) {
 	if a.post != 0 {
-		p.Scale(x, a.post)
+		p.Scale(x, ScalarIn(a.comm, a.post))
 		round(Rounding(a.comm), x)
 	}
 	round(Rounding(a.bucket), x)
@@ -183,6 +186,19 @@ func Rounding(dt device.DType) func([]float32) {
 		return half.RoundF16
 	}
 	return nil
+}
+
+// ScalarIn is s as torch multiplies a tensor of dtype dt by it
+// (tensor.mul_(s) with a Python float): rounded to dt. The product of two
+// 16-bit values is exact in float32, so Scale followed by the rounding of
+// its result gives torch's bits.
+func ScalarIn(dt device.DType, s float32) float32 {
+	if r := Rounding(dt); r != nil {
+		v := []float32{s}
+		r(v)
+		return v[0]
+	}
+	return s
 }
 
 func round(r func([]float32), x []float32) {

@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/google/go-cmp/cmp"
+
 	"github.com/dszero/dszero/comm"
 	"github.com/dszero/dszero/comm/inproc"
 	"github.com/dszero/dszero/device"
@@ -97,15 +99,15 @@ func TestAveraging16(t *testing.T) {
 			return rb(h(x[0]) + h(x[1]) + h(x[2]))
 		}, device.F32, false},
 		{"engine fp32 bucket, bf16 comm", EngineAveraging(3, false, 1).In(device.F32, device.BF16), func(x [3]float32) float32 {
-			return rb(rb(rb(rb(x[0])+rb(x[1]))+rb(x[2])) * third)
+			return rb(rb(rb(rb(x[0])+rb(x[1]))+rb(x[2])) * rb(third))
 		}, device.BF16, false},
 		{"engine prescale, bf16 comm", EngineAveraging(3, true, 1).In(device.F32, device.BF16), func(x [3]float32) float32 {
-			h := func(v float32) float32 { return rb(rb(v) * third) }
+			h := func(v float32) float32 { return rb(rb(v) * rb(third)) }
 			return rb(rb(h(x[0])+h(x[1])) + h(x[2]))
 		}, device.BF16, false},
 		{"engine fp16 comm", EngineAveraging(3, false, 1).In(device.F16, device.F16), func(x [3]float32) float32 {
 			rh := half.NearestF16
-			return rh(rh(rh(rh(x[0])+rh(x[1]))+rh(x[2])) * third)
+			return rh(rh(rh(rh(x[0])+rh(x[1]))+rh(x[2])) * rh(third))
 		}, device.F16, false},
 		{"fp32 throughout", EngineAveraging(3, false, 1), func(x [3]float32) float32 {
 			return (x[0] + x[1] + x[2]) * third
@@ -177,5 +179,43 @@ func TestUnwirePart(t *testing.T) {
 	a.Unwire(x, 11, 30)
 	if !slices.Equal(x[11:30], want[11:30]) {
 		t.Errorf("unwired part %v, want %v", x[11:30], want[11:30])
+	}
+}
+
+// TestScalarInTorch: torch 1.13's tensor.mul_(1/3) on 16-bit tensors
+// (values printed by torch: a = torch.tensor(v, dtype=dt);
+// a.clone().mul_(1/3)), which casts the scalar to the tensor's dtype. The
+// last column is what a float32 multiplier would give instead.
+func TestScalarInTorch(t *testing.T) {
+	for _, tc := range []struct {
+		dt          device.DType
+		in, want    []float32
+		f32Multiply []float32 // (a.float()*(1/3)).to(dt): not torch's
+	}{
+		{device.BF16,
+			[]float32{3.0, 100.0, 0.75, 12352.0, -7.5, 0.00150299072265625},
+			[]float32{1.0, 33.5, 0.25, 4128.0, -2.5, 0.0005035400390625},
+			[]float32{1.0, 33.25, 0.25, 4128.0, -2.5, 0.000499725341796875}},
+		{device.F16,
+			[]float32{3.0, 100.0, 0.75, 12344.0, -7.5, 0.0015001296997070312},
+			[]float32{1.0, 33.3125, 0.25, 4112.0, -2.5, 0.000499725341796875},
+			[]float32{1.0, 33.34375, 0.25, 4116.0, -2.5, 0.0005002021789550781}},
+	} {
+		round := Rounding(tc.dt)
+		got := slices.Clone(tc.in)
+		s := ScalarIn(tc.dt, float32(1.0/3))
+		for i := range got {
+			got[i] *= s
+		}
+		round(got)
+		if diff := cmp.Diff(tc.want, got); diff != "" {
+			t.Errorf("%v: x·ScalarIn(1/3) differs from torch's mul_ (-torch +got):\n%s", tc.dt, diff)
+		}
+		if cmp.Equal(tc.want, tc.f32Multiply) {
+			t.Errorf("%v: the values do not tell the two multipliers apart", tc.dt)
+		}
+	}
+	if got := ScalarIn(device.F32, float32(1.0/3)); got != float32(1.0/3) {
+		t.Errorf("fp32: ScalarIn(1/3) = %v, want float32(1/3)", got)
 	}
 }
