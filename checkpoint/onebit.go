@@ -8,9 +8,9 @@ import (
 	"github.com/dszero/dszero/zero/optim"
 )
 
-// DeepSpeed's 1-bit optimizers (OnebitAdam, ZeroOneAdam: stage 0 only)
+// DeepSpeed's 1-bit optimizers (OnebitAdam, ZeroOneAdam, OnebitLamb: stage 0 only)
 // keep more per tensor than step and the whole-buffer state: ints (the
-// compressed exchange's sizes, 0/1 Adam's counters), a float (its lrs)
+// compressed exchange's sizes, 0/1 Adam's counters), floats (its lrs, 1-bit Lamb's coefficients)
 // and tensors of their own (the rank's compression errors, 0/1 Adam's
 // momentum_accumulator); optim.TensorStateful gives the entries in
 // DeepSpeed's order (see zero/optim/onebit_state.go), and the stage-0

@@ -15,12 +15,11 @@ import (
 // rank's micro-step losses, the lr and the final weights to the runner's
 // tolerances (fp32 1e-5, fp16 1e-3).
 //
-// Not asserted, and logged: the checkpoint layout (OnebitAdam's and
-// ZeroOneAdam's match DeepSpeed's; OnebitLamb's per-tensor state is not
-// written yet) and the runner's resume check (a resumed 1-bit optimizer
-// starts with zero errors, and in fp32 with an initialization step, as
-// DeepSpeed's load_state_dict makes it, so it does not continue the
-// uninterrupted run bit for bit; these cases do not record DeepSpeed's
+// Not asserted, and logged: the checkpoint layout (OnebitAdam's,
+// ZeroOneAdam's and OnebitLamb's match DeepSpeed's) and the runner's
+// resume check (a resumed 1-bit optimizer starts with zero errors, and
+// in fp32 with an initialization step, as DeepSpeed's load_state_dict
+// makes it, so it does not continue the uninterrupted run bit for bit; these cases do not record DeepSpeed's
 // resumed run, which conformance/testdata/deepspeed-0.14.5-cpu-onebit's
 // do).
 func TestOneBitDeepSpeedCases(t *testing.T) {

@@ -3,7 +3,7 @@ package optim
 import "fmt"
 
 // The checkpointed state of DeepSpeed 0.14.5's 1-bit optimizers
-// (runtime/fp16/onebit/{adam,zoadam}.py), per tensor, as torch's
+// (runtime/fp16/onebit/{adam,zoadam,lamb}.py), per tensor, as torch's
 // Optimizer.state_dict holds it, and what their load_state_dict keeps.
 //
 // OnebitAdam: step (int), exp_avg, exp_avg_sq, tensor_size,
@@ -126,4 +126,89 @@ func checkTensorSizes(name string, segs []Segment, entries [][]Entry) error {
 		}
 	}
 	return nil
+}
+
+// OnebitLamb (onebit/lamb.py): step, lamb_coeff_freeze, last_factor
+// (floats), exp_avg, exp_avg_sq, exp_avg_sq_fresh, and scaling_coeff (a
+// float) from the first compressed step; its errors live outside the
+// state and are not saved. load_state_dict keeps the three floats from
+// freeze_step on, and below it resets them (0.0, 1.0, scaling_coeff
+// popped).
+
+var _ TensorStateful = (*OneBitLamb)(nil)
+
+// TensorState implements TensorStateful.
+func (o *OneBitLamb) TensorState() [][]Entry {
+	out := make([][]Entry, len(o.segs))
+	if !o.initialized && o.steps == 0 {
+		return out
+	}
+	for i := range o.segs {
+		e := []Entry{{"step", o.steps}, {"lamb_coeff_freeze", o.coeffFreeze[i]}, {"last_factor", o.lastFactor[i]},
+			{"exp_avg", StateRef("exp_avg")}, {"exp_avg_sq", StateRef("exp_avg_sq")}, {"exp_avg_sq_fresh", StateRef("exp_avg_sq_fresh")}}
+		if o.scaling != nil {
+			e = append(e, Entry{"scaling_coeff", o.scaling[i]})
+		}
+		out[i] = e
+	}
+	return out
+}
+
+// LoadTensorState implements TensorStateful.
+func (o *OneBitLamb) LoadTensorState(entries [][]Entry) error {
+	if len(entries) != 0 && len(entries) != len(o.segs) {
+		return fmt.Errorf("OnebitLamb state of %d tensors, this run's has %d: load it into the model it was trained with", len(entries), len(o.segs))
+	}
+	for i := range o.coeffFreeze {
+		o.coeffFreeze[i], o.lastFactor[i] = 0, 1
+	}
+	o.scaling = nil
+	if o.steps < o.cfg.FreezeStep || len(entries) == 0 {
+		return nil
+	}
+	var scaling []float64
+	for i, e := range entries {
+		for _, k := range []struct {
+			key string
+			dst *float64
+		}{{"lamb_coeff_freeze", &o.coeffFreeze[i]}, {"last_factor", &o.lastFactor[i]}} {
+			v, ok, err := entryFloat(e, k.key)
+			if err != nil || !ok {
+				return fmt.Errorf("OnebitLamb state of parameter %d: %q: %v (DeepSpeed's state holds it as a float)", i, k.key, err)
+			}
+			*k.dst = v
+		}
+		v, ok, err := entryFloat(e, "scaling_coeff")
+		if err != nil {
+			return fmt.Errorf("OnebitLamb state of parameter %d: %w", i, err)
+		}
+		if ok {
+			scaling = append(scaling, v)
+		}
+	}
+	switch len(scaling) {
+	case 0: // saved before the first compressed step: computed at it
+	case len(o.segs):
+		o.scaling = scaling
+	default:
+		return fmt.Errorf("OnebitLamb state: %d of %d tensors have a scaling_coeff (DeepSpeed sets every tensor's at once)", len(scaling), len(o.segs))
+	}
+	return nil
+}
+
+// entryFloat is the Python number key of e.
+func entryFloat(e []Entry, key string) (v float64, ok bool, err error) {
+	for _, x := range e {
+		if x.Key != key {
+			continue
+		}
+		switch n := x.Value.(type) {
+		case float64:
+			return n, true, nil
+		case int64:
+			return float64(n), true, nil
+		}
+		return 0, false, fmt.Errorf("state %q is %v, not a number", key, x.Value)
+	}
+	return 0, false, nil
 }
