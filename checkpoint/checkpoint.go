@@ -619,6 +619,7 @@ func readStage0(ms any, st *zero.State, l *model.Layout, dtype string) error {
 			return err
 		}
 	}
+	trimTensors(&g.Optim)
 	var err error
 	if dtype == "fp32" {
 		g.Master = make([]float32, 0, l.Numel)
@@ -715,6 +716,7 @@ func readOptim(v any, st *zero.State, into *zcore.StrategyState) error {
 		if err := readTorchState(v, fmt.Sprintf(statePath, g), &gs.Optim, groupState(groupInto(g)), padded); err != nil {
 			return err
 		}
+		trimTensors(&gs.Optim)
 	}
 	for g := range groups {
 		gs := &gss[g]

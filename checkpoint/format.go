@@ -11,6 +11,7 @@ import (
 	"github.com/dszero/dszero/ptfile"
 	"github.com/dszero/dszero/zero"
 	"github.com/dszero/dszero/zero/lossscale"
+	"github.com/dszero/dszero/zero/optim"
 )
 
 // DSVersion is the ds_version the files carry: the DeepSpeed release whose
@@ -242,7 +243,7 @@ func modelStates(e *zero.Engine, st zero.State, l *model.Layout, work []float32,
 		} else {
 			state := ptfile.NewDict()
 			for i, sp := range l.Specs {
-				state.Set(i, torchState(g.Optim, sp.Offset, sp.Offset+sp.Numel, 0, shape64(sp.Shape)))
+				setStage0State(state, g.Optim, i, sp.Offset, sp.Offset+sp.Numel, shape64(sp.Shape))
 			}
 			d.Set("optimizer", ptfile.DictOf("state", state, "param_groups", ptfile.List{paramGroup(g.Optim, len(l.Specs), groupTypes(plan))}))
 		}
@@ -525,8 +526,31 @@ func readTorchState(v any, path string, o *zcore.OptimState, into map[string][]f
 	if err != nil {
 		return err
 	}
+	stage0 := into == nil && !padded // one entry per parameter: the 1-bit optimizers' entries too
+	var entries []optim.Entry
+	if stage0 {
+		defer func() { o.Tensors = append(o.Tensors, entries) }()
+	}
 	for k, x := range d.All() {
 		name, _ := k.(string)
+		if stage0 {
+			switch s := x.(type) {
+			case int64, float64:
+				if name != "step" {
+					entries = append(entries, optim.Entry{Key: name, Value: s})
+					continue
+				}
+			case *ptfile.Tensor:
+				if oneBitTensor(name) {
+					f, err := values(s, nil)
+					if err != nil {
+						return fmt.Errorf("%s.%s: %w", path, name, err)
+					}
+					entries = append(entries, optim.Entry{Key: name, Value: f})
+					continue
+				}
+			}
+		}
 		if name == "step" {
 			switch s := x.(type) {
 			case *ptfile.Tensor:

@@ -62,7 +62,7 @@ func fp16WrapperState(w zero.FP16Wrapper, st zero.State, g zcore.GroupState, l *
 	}
 	state := ptfile.NewDict()
 	if w == zero.FP16Fused {
-		state.Set(0, torchState(g.Optim, 0, len(g.Master), 0, []int64{int64(len(g.Master))}))
+		setStage0State(state, g.Optim, 0, 0, len(g.Master), []int64{int64(len(g.Master))})
 		d.Set("optimizer_state_dict", ptfile.DictOf("state", state, "param_groups", ptfile.List{paramGroup(g.Optim, 1, groupTypes(plan))}))
 		d.Set("fp32_groups_flat", ptfile.List{ptfile.ViewFloat32([]int64{int64(len(g.Master))}, g.Master)})
 		d.Set("clip_grad", plan.GradientClipping)
@@ -98,6 +98,7 @@ func readFP16Wrapper(ms any, g *zcore.GroupState, l *model.Layout) (bool, error)
 			return true, fmt.Errorf("optimizer.fp32_groups_flat[0] holds %d elements, the model has %d: a checkpoint of another model", len(m), l.Numel)
 		}
 		g.Master = m
+		trimTensors(&g.Optim)
 		return true, nil
 	}
 	g.Master = make([]float32, 0, l.Numel)
@@ -114,6 +115,7 @@ func readFP16Wrapper(ms any, g *zcore.GroupState, l *model.Layout) (bool, error)
 		}
 		g.Master = append(g.Master, v...)
 	}
+	trimTensors(&g.Optim)
 	return true, nil
 }
 

@@ -12,6 +12,7 @@ import (
 
 	"github.com/dszero/dszero/checkpoint"
 	"github.com/dszero/dszero/dsconfig"
+	"github.com/dszero/dszero/model"
 	"github.com/dszero/dszero/zero"
 )
 
@@ -129,11 +130,33 @@ func (a *arch) checkResume(rep *Report, c *Case, plan dsconfig.Plan, v zero.Vers
 	}
 	tag := checkpoint.Tag(resumeStep)
 	var problems, parts []string
+	ref, err := c.resumedRun()
+	if err != nil {
+		return []string{err.Error()}
+	}
+	refSteps := c.Result.Steps[resumeStep:] // what a resume reproduces
+	if ref != nil {
+		// The reference's resume departs from its uninterrupted run by
+		// design: a resumed run must reproduce DeepSpeed's resumed run.
+		if len(ref.Steps) != rep.Steps-resumeStep {
+			return []string{fmt.Sprintf("result.json: resume_from_step5 holds %d steps, the run resumes for %d", len(ref.Steps), rep.Steps-resumeStep)}
+		}
+		refSteps = ref.Steps
+		if want, err = a.resumedWeights(c, ref); err != nil {
+			problems = append(problems, err.Error())
+		}
+	}
 	again, err := a.train(plan, rep.Steps, v, init, ckpt{loadDir: dir, loadTag: tag})
 	switch {
 	case err != nil:
 		problems = append(problems, "resume from dszero's step 5: "+err.Error())
 		parts = append(parts, "error")
+	case ref != nil:
+		part, bad := resumeMetrics(again, refSteps, want, tol, nil, nil)
+		parts = append(parts, "dszero's: "+part)
+		for _, b := range bad {
+			problems = append(problems, "resume from dszero's step 5 vs DeepSpeed's resumed run: "+b)
+		}
 	default:
 		if d := sameRun(whole, again); d != "" {
 			problems = append(problems, "resume from dszero's step 5 is not bit-exact: "+d)
@@ -148,9 +171,16 @@ func (a *arch) checkResume(rep *Report, c *Case, plan dsconfig.Plan, v zero.Vers
 		if err != nil {
 			problems = append(problems, "resume from DeepSpeed's step-5 checkpoint: "+err.Error())
 			parts = append(parts, "DeepSpeed's: error")
+		} else if ref != nil {
+			rep.ResumeLoss, rep.ResumeWeights = &Metric{}, &Metric{}
+			part, bad := resumeMetrics(got, refSteps, want, tol, rep.ResumeLoss, rep.ResumeWeights)
+			parts = append(parts, "DeepSpeed's: "+part)
+			for _, b := range bad {
+				problems = append(problems, "resume from DeepSpeed's step-5 checkpoint vs DeepSpeed's resumed run: "+b)
+			}
 		} else {
 			loss := Metric{Tol: tol.LossRel, Rel: true}
-			for s, w := range c.Result.Steps[resumeStep:] {
+			for s, w := range refSteps {
 				loss.add(got.Loss[s], w.Loss)
 			}
 			rep.ResumeLoss = &loss
@@ -174,6 +204,73 @@ func (a *arch) checkResume(rep *Report, c *Case, plan dsconfig.Plan, v zero.Vers
 	}
 	rep.Resume = strings.Join(parts, "; ")
 	return problems
+}
+
+// resumedRun is the reference's own resumed run, which result.json's
+// resume_from_step5 holds (gen_case.py --keep-resumed) where the
+// optimizer's resume departs from the uninterrupted run by design: the
+// 1-bit optimizers' load_state_dict drops their compression errors, and in
+// fp32 their first step after a load is an initialization pass again.
+type resumedRun struct {
+	Steps     []StepRecord `json:"steps"`
+	FinalFile string       `json:"final_fp32_file"` // beside result.json
+}
+
+// resumedRun is the recorded resumed run; nil when the case has none.
+func (c *Case) resumedRun() (*resumedRun, error) {
+	if len(c.Result.Resume) == 0 {
+		return nil, nil
+	}
+	var r resumedRun
+	if err := json.Unmarshal(c.Result.Resume, &r); err != nil {
+		return nil, fmt.Errorf("%s: resume_from_step5: %w", filepath.Join(c.Dir, "result.json"), err)
+	}
+	if len(r.Steps) == 0 {
+		return nil, nil
+	}
+	if r.FinalFile == "" || strings.ContainsAny(r.FinalFile, `/\`) {
+		return nil, fmt.Errorf("%s: resume_from_step5.final_fp32_file %q: the resumed run's final weights, a file beside result.json (gen_case.py --keep-resumed writes it)", filepath.Join(c.Dir, "result.json"), r.FinalFile)
+	}
+	return &r, nil
+}
+
+// resumedWeights reads the final weights of the reference's resumed run.
+func (a *arch) resumedWeights(c *Case, r *resumedRun) ([]float32, error) {
+	file := filepath.Join(c.Dir, r.FinalFile)
+	w := make([]float32, a.layout.Numel)
+	if err := model.ReadLayout(file, &a.layout, w); err != nil {
+		return nil, fmt.Errorf("the resumed run's final weights: %w", err)
+	}
+	return w, nil
+}
+
+// resumeMetrics compares a resumed run's losses (steps 6…) and final
+// weights (when want is known) with the reference's, into loss and w when
+// given: a summary and the problems found.
+func resumeMetrics(got trained, ref []StepRecord, want []float32, tol Tolerances, loss, w *Metric) (string, []string) {
+	if loss == nil {
+		loss = &Metric{}
+	}
+	*loss = Metric{Tol: tol.LossRel, Rel: true}
+	for s, r := range ref {
+		loss.add(got.Loss[s], r.Loss)
+	}
+	part := fmt.Sprintf("loss %.1e", loss.MaxRel)
+	var bad []string
+	if !loss.OK() {
+		bad = append(bad, fmt.Sprintf("losses max rel Δ %.2e > %.0e", loss.MaxRel, loss.Tol))
+	}
+	if want != nil {
+		m := weightMetric(got.Final, want, tol)
+		if w != nil {
+			*w = m
+		}
+		part += fmt.Sprintf(", weights %.1e", m.MaxAbs)
+		if !m.OK() {
+			bad = append(bad, fmt.Sprintf("final weights max |Δ| %.2e > %.0e", m.MaxAbs, m.Tol))
+		}
+	}
+	return part, bad
 }
 
 // sameRun compares a resumed run with the uninterrupted one over the

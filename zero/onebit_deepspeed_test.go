@@ -15,12 +15,13 @@ import (
 // rank's micro-step losses, the lr and the final weights to the runner's
 // tolerances (fp32 1e-5, fp16 1e-3).
 //
-// Not asserted, and logged: the checkpoint layout (DeepSpeed's optimizer
-// state also holds tensor_size, corrected_tensor_size, server_chunk_size,
-// worker_error and server_error; dszero writes exp_avg, exp_avg_sq, step)
-// and the runner's resume check (a resumed 1-bit optimizer starts with
-// zero errors and an initialization step, as DeepSpeed's load_state_dict
-// makes it, so it does not continue the uninterrupted run bit for bit).
+// Not asserted, and logged: the checkpoint layout (OnebitAdam's,
+// ZeroOneAdam's and OnebitLamb's match DeepSpeed's) and the runner's
+// resume check (a resumed 1-bit optimizer starts with zero errors, and
+// in fp32 with an initialization step, as DeepSpeed's load_state_dict
+// makes it, so it does not continue the uninterrupted run bit for bit; these cases do not record DeepSpeed's
+// resumed run, which conformance/testdata/deepspeed-0.14.5-cpu-onebit's
+// do).
 func TestOneBitDeepSpeedCases(t *testing.T) {
 	cases, err := conformance.Find("testdata/deepspeed_onebit")
 	if err != nil {

@@ -118,8 +118,10 @@ def status_of(recs, rcs, timeout):
     return "no_result", f"a rank wrote no record (exit codes {rcs}); see raw/log*.txt"
 
 
-def resume_record(base, recs, raw, k, steps, out):
-    """Compares the run resumed from global_step<k> with the uninterrupted one (steps k+1..steps)."""
+def resume_record(base, recs, raw, k, steps, out, keep_resumed=False):
+    """Compares the run resumed from global_step<k> with the uninterrupted one (steps k+1..steps);
+    keep_resumed also keeps the resumed run's steps and its live final fp32 weights
+    (final_fp32_resume<k>.safetensors beside result.json)."""
     st, err = status_of(recs, [0], 0)
     if st != "ok":
         return {"status": st, "error": err, "traceback": (next((r for r in recs if r and r.get("traceback")), {})
@@ -134,13 +136,22 @@ def resume_record(base, recs, raw, k, steps, out):
         return max(vals) if vals else None
     micro = max(abs(x - y) for a, b in pairs for r in a["micro_losses"]
                 for x, y in zip(a["micro_losses"][r], b["micro_losses"][r]))
-    w_res, _ = models.load_safetensors(os.path.join(raw, f"final_fp32_live_resume{k}.safetensors"))
+    live_res = os.path.join(raw, f"final_fp32_live_resume{k}.safetensors")
+    w_res, _ = models.load_safetensors(live_res)
     w_base, _ = models.load_safetensors(os.path.join(raw, "final_fp32_live.safetensors"))
-    return {"status": "ok", "loaded": recs[0].get("resume_load_path", "").replace(out, "<case>"),
-            "global_steps_after_load": recs[0].get("global_steps_after_load"),
-            f"loss_max_abs_diff_steps{k + 1}_{steps}": worst("loss"), "lr_max_abs_diff": worst("lr_used"),
-            "grad_norm_max_abs_diff": worst("grad_norm"), "micro_loss_max_abs_diff": micro,
-            "final_fp32_max_abs_diff_vs_uninterrupted": max_abs(w_res, w_base)}
+    rec = {"status": "ok", "loaded": recs[0].get("resume_load_path", "").replace(out, "<case>"),
+           "global_steps_after_load": recs[0].get("global_steps_after_load"),
+           f"loss_max_abs_diff_steps{k + 1}_{steps}": worst("loss"), "lr_max_abs_diff": worst("lr_used"),
+           "grad_norm_max_abs_diff": worst("grad_norm"), "micro_loss_max_abs_diff": micro,
+           "final_fp32_max_abs_diff_vs_uninterrupted": max_abs(w_res, w_base)}
+    if keep_resumed:
+        # The resumed run itself, for optimizers whose resume departs from the uninterrupted run
+        # by design (the 1-bit optimizers' load_state_dict resets their compression errors).
+        rec["steps"] = res
+        dst = os.path.join(out, f"final_fp32_resume{k}.safetensors")
+        shutil.copy(live_res, dst)
+        rec["final_fp32_file"] = os.path.basename(dst)
+    return rec
 
 
 def record_final(res, r0, out, steps):
@@ -184,6 +195,10 @@ def main(argv):
     ap.add_argument("--init", required=True, help="the directory holding models.json and the *.safetensors it names")
     ap.add_argument("--world-size", type=int, default=2, help="ranks (processes) to train on")
     ap.add_argument("--steps", type=int, default=10, help="optimizer steps")
+    ap.add_argument("--keep-resumed", action="store_true",
+                    help="keep the resumed run's steps in resume_from_step<K> and its final weights "
+                         "(final_fp32_resume<K>.safetensors): for optimizers whose resume departs from the "
+                         "uninterrupted run by design (the 1-bit optimizers)")
     ap.add_argument("--save-at", type=int, default=None,
                     help="save a checkpoint after this many steps and resume from it (default steps//2; 0: no resume)")
     ap.add_argument("--out", required=True, help="the case directory, ROOT/<model>/<run>")
@@ -225,7 +240,7 @@ def main(argv):
     raw, ckpt = os.path.join(out, "raw"), os.path.join(out, "ckpt")
     for stale in (raw, ckpt):
         shutil.rmtree(stale, ignore_errors=True)
-    for stale in ("result.json", "final_fp32.safetensors", "checkpoint.json"):
+    for stale in ("result.json", "final_fp32.safetensors", "checkpoint.json", f"final_fp32_resume{save_at}.safetensors"):
         if os.path.exists(os.path.join(out, stale)):
             os.remove(os.path.join(out, stale))
     os.makedirs(raw)
@@ -258,7 +273,7 @@ def main(argv):
                          os.path.join(raw, f"log_resume{save_at}.txt"), a.timeout, a.local_size)
             recs = read_ranks(raw, a.world_size, f"_resume{save_at}")
             res[f"resume_from_step{save_at}"] = (
-                resume_record(res["steps"], recs, raw, save_at, a.steps, out) if rcs is not None
+                resume_record(res["steps"], recs, raw, save_at, a.steps, out, a.keep_resumed) if rcs is not None
                 else {"status": "no_result", "error": status_of(recs, None, a.timeout)[1]})
     res["wall_s"] = round(time.time() - t0, 1)
     with open(os.path.join(out, "result.json"), "w") as f:

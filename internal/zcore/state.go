@@ -47,6 +47,10 @@ type OptimState struct {
 	// Resume is state outside torch's state dict that a bit-exact resume
 	// needs (resumer); nil when there is none.
 	Resume []float64
+	// Tensors are the per-tensor entries of an optim.TensorStateful
+	// optimizer (DeepSpeed's 1-bit optimizers), one per segment; nil for
+	// the others.
+	Tensors [][]optim.Entry
 }
 
 // resumer is an optimizer that keeps state outside the state dict which a
@@ -61,6 +65,9 @@ func ExportOptim(opt optim.Optimizer) OptimState {
 	st := OptimState{Name: opt.Name(), Steps: opt.StepCount(), State: map[string][]float32{}, Names: opt.StateNames(), Group: opt.ParamGroup()}
 	if r, ok := opt.(resumer); ok {
 		st.Resume = r.ResumeState()
+	}
+	if t, ok := opt.(optim.TensorStateful); ok {
+		st.Tensors = t.TensorState() // copies
 	}
 	for _, n := range st.Names {
 		if v := opt.State(n); v != nil {
@@ -94,6 +101,17 @@ func ImportOptim(opt optim.Optimizer, st OptimState) error {
 		}
 	}
 	opt.SetStepCount(st.Steps)
+	if t, ok := opt.(optim.TensorStateful); ok && st.Tensors != nil {
+		if err := t.LoadTensorState(st.Tensors); err != nil {
+			return err
+		}
+	} else if !ok {
+		for i, e := range st.Tensors {
+			if len(e) > 0 {
+				return fmt.Errorf("the checkpoint's optimizer state of parameter %d holds %q, which %s does not keep: use the optimizer the checkpoint was trained with", i, e[0].Key, opt.Name())
+			}
+		}
+	}
 	if r, ok := opt.(resumer); ok && st.Resume != nil {
 		return r.SetResumeState(st.Resume)
 	}

@@ -21,6 +21,9 @@ func ViewOptim(opt optim.Optimizer) OptimState {
 	if r, ok := opt.(resumer); ok {
 		st.Resume = r.ResumeState()
 	}
+	if t, ok := opt.(optim.TensorStateful); ok {
+		st.Tensors = t.TensorState() // small: sizes, counters, error buffers
+	}
 	for _, n := range st.Names {
 		if v := opt.State(n); v != nil {
 			st.State[n] = v

@@ -108,6 +108,41 @@ func newTensorExchange(name string, ctx context.Context, c comm.Comm, segs []Seg
 // server_error).
 func (x *tensorExchange) reset() { x.ef = nil }
 
+// ensure gives segment i zero errors where it has none (DeepSpeed creates
+// worker_error and server_error where the state lacks them, on one rank
+// too).
+func (x *tensorExchange) ensure(i int) {
+	if x.ef == nil {
+		x.ef = make([]comm.ErrorFeedback, len(x.segs))
+	}
+	if x.ef[i].Worker == nil {
+		x.ef[i] = comm.NewErrorFeedback(OneBitPadded(x.segs[i].Len, x.c.Size()), x.c.Size(), x.c.Rank())
+	}
+}
+
+// drop removes segment i's errors (DeepSpeed's state.pop).
+func (x *tensorExchange) drop(i int) {
+	if x.ef != nil && i >= 0 {
+		x.ef[i] = comm.ErrorFeedback{}
+	}
+}
+
+// zero zeroes the errors the segments have (DeepSpeed's zero_()).
+func (x *tensorExchange) zero() {
+	for _, e := range x.ef {
+		clear(e.Worker)
+		clear(e.Server)
+	}
+}
+
+// errors is segment i's errors; nil when it has none.
+func (x *tensorExchange) errors(i int) (worker, server []float32) {
+	if x.ef == nil {
+		return nil, nil
+	}
+	return x.ef[i].Worker, x.ef[i].Server
+}
+
 // run replaces v, segment i's values, by their compressed average over
 // the ranks, padded with zeros to OneBitPadded.
 func (x *tensorExchange) run(i int, v []float32, step int64) error {
@@ -255,7 +290,7 @@ func (o *OneBitAdam) StepExchange(params, grads []float32) error {
 			for j, gj := range g {
 				vv[j] = float32(vv[j]*b2) + float32(c2*float32(gj*gj))
 			}
-		} else if o.x.c.Size() > 1 {
+		} else if o.x.ensure(i); o.x.c.Size() > 1 {
 			if err := o.x.run(i, mm, o.steps); err != nil {
 				return err
 			}
@@ -281,14 +316,21 @@ func (o *OneBitAdam) Initialize() error {
 	}
 	o.steps++
 	m := o.st.get("exp_avg")
-	if o.x.c.Size() > 1 {
-		for i, s := range o.segs {
+	o.x.reset() // DeepSpeed's pass makes every tensor's errors anew
+	for i, s := range o.segs {
+		o.x.ensure(i)
+		if o.x.c.Size() > 1 {
 			if err := o.x.run(i, m[s.Start:s.Start+s.Len], o.steps); err != nil {
 				return err
 			}
 		}
 	}
-	o.x.reset() // zero: the pass left them so (DeepSpeed pops them)
+	// DeepSpeed pops the errors of the group's last tensor only (the pop
+	// follows the loop over the tensors). On a fresh run every error is
+	// zero here (the momentum is); a resumed run (its first Step) has
+	// compressed the loaded momentum, and the other tensors keep those
+	// errors into the compressed phase.
+	o.x.drop(len(o.segs) - 1)
 	o.initialized, o.frozen = true, false
 	return nil
 }

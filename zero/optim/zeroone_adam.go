@@ -95,6 +95,13 @@ type ZeroOneAdam struct {
 	varInterval, varCounter     int64
 	localInterval, localCounter int64
 	lrs                         float64 // Σ lr since the last sync (a Python float)
+	lrsFloat                    bool    // lrs is a float: DeepSpeed resets it to the int 0
+
+	// For the checkpoint's key order: whether DeepSpeed's state holds the
+	// momentum_accumulator, and per tensor whether its errors were made
+	// after it (they follow it in the state dict).
+	accKept  bool
+	errAfter []bool
 
 	errStep error
 }
@@ -112,13 +119,29 @@ func NewZeroOneAdam(cfg ZeroOneAdamConfig, n int, segs []Segment, ctx context.Co
 	if err != nil {
 		return nil, err
 	}
-	o := &ZeroOneAdam{cfg: cfg, n: n, segs: segs, st: st, acc: make([]float32, n), x: newTensorExchange("0/1 Adam", ctx, c, segs)}
+	o := &ZeroOneAdam{cfg: cfg, n: n, segs: segs, st: st, acc: make([]float32, n), x: newTensorExchange("0/1 Adam", ctx, c, segs),
+		errAfter: make([]bool, len(segs))}
 	o.resetCounters()
 	return o, nil
 }
 
 func (o *ZeroOneAdam) resetCounters() {
-	o.varInterval, o.varCounter, o.localInterval, o.localCounter, o.lrs = 1, 0, 1, 0, 0
+	o.varInterval, o.varCounter, o.localInterval, o.localCounter, o.lrs, o.lrsFloat = 1, 0, 1, 0, 0, false
+}
+
+// ensureErrors gives the tensors without errors zero ones, as the start of
+// DeepSpeed's step does for a state without worker_error (resetting that
+// tensor's counters and accumulator too: they hold their initial values
+// whenever that happens here — after the initialization pass, or after a
+// load, which Initialize or SetStepCount has reset).
+func (o *ZeroOneAdam) ensureErrors() {
+	for i := range o.segs {
+		if w, _ := o.x.errors(i); w == nil {
+			o.x.ensure(i)
+			o.errAfter[i] = o.accKept
+		}
+	}
+	o.accKept = true
 }
 
 func (o *ZeroOneAdam) Name() string             { return "ZeroOneAdam" }
@@ -139,18 +162,20 @@ func (o *ZeroOneAdam) LocalGradients() bool { return o.local }
 func (o *ZeroOneAdam) Frozen() bool { return o.frozen }
 
 // SetStepCount restores the step count as DeepSpeed's load_state_dict
-// does: the errors and the accumulator are dropped, and the next Step is
-// the initialization pass, which restarts the intervals. The gradient
-// exchange of that pass's successor follows the loaded step: local from
-// var_freeze_step on, averaged before it (DeepSpeed reads the saved
-// variance interval there; dszero's checkpoints do not keep it, and take
-// the interval as 1).
+// does: the errors and the accumulator are dropped, and the intervals
+// restart at the next Step (the initialization pass when it is the first,
+// else the start of the step, which finds no worker_error). The gradient
+// exchange of the next training step follows the loaded step: local from
+// var_freeze_step on, and before it local unless the loaded variance
+// interval divides the step after the loaded one (LoadTensorState; 1
+// without one).
 func (o *ZeroOneAdam) SetStepCount(n int64) {
 	o.steps = n
 	o.local = n >= o.cfg.VarFreezeStep
 	o.reinit = false
 	o.x.reset()
 	clear(o.acc)
+	o.accKept = false
 }
 
 // LoadState copies a checkpointed exp_avg or exp_avg_sq.
@@ -178,6 +203,10 @@ func (o *ZeroOneAdam) Initialize() error {
 		return nil
 	}
 	o.steps++
+	o.x.reset() // the pass makes every tensor's errors and accumulator anew
+	clear(o.acc)
+	o.accKept = false
+	o.ensureErrors()
 	if o.x.c.Size() > 1 {
 		for i, s := range o.segs {
 			if err := o.x.run(i, o.acc[s.Start:s.Start+s.Len], o.steps); err != nil {
@@ -185,7 +214,9 @@ func (o *ZeroOneAdam) Initialize() error {
 			}
 		}
 	}
-	o.x.reset()
+	// DeepSpeed pops the last tensor's errors only (see OneBitAdam's); the
+	// zero accumulator left every error zero.
+	o.x.drop(len(o.segs) - 1)
 	o.resetCounters()
 	clear(o.acc)
 	o.initialized, o.frozen = true, false
@@ -199,6 +230,7 @@ func (o *ZeroOneAdam) StepExchange(params, grads []float32) error {
 		return o.Initialize()
 	}
 	o.steps++
+	o.ensureErrors()
 	multi := o.x.c.Size() > 1
 	m, v := o.st.get("exp_avg"), o.st.get("exp_avg_sq")
 	b1, b2 := float32(o.cfg.Betas[0]), float32(o.cfg.Betas[1])
@@ -207,6 +239,7 @@ func (o *ZeroOneAdam) StepExchange(params, grads []float32) error {
 	sync := o.frozen && o.steps%o.localInterval == 0
 	if o.frozen {
 		o.lrs += o.cfg.LR // once per step: every tensor's state['lrs'] is the same
+		o.lrsFloat = true
 	}
 	for i, s := range o.segs {
 		lo, hi := s.Start, s.Start+s.Len
@@ -259,7 +292,7 @@ func (o *ZeroOneAdam) StepExchange(params, grads []float32) error {
 		}
 	}
 	if sync {
-		o.lrs = 0
+		o.lrs, o.lrsFloat = 0, false
 	}
 	if !o.frozen {
 		if o.steps%o.varInterval == 0 {
@@ -277,7 +310,7 @@ func (o *ZeroOneAdam) StepExchange(params, grads []float32) error {
 		o.frozen, o.local = true, true
 	}
 	if o.frozen && !o.reinit {
-		o.x.reset()
+		o.x.zero()
 		o.reinit = true
 	}
 	return nil
