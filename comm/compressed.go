@@ -29,10 +29,10 @@ import (
 //	  phase 2, all_gather: every rank receives every chunk's packed σ(y) and t_j
 //	result (every rank): chunk j of x = t_j·σ(y_j)
 //
-// DeepSpeed computes the norms with torch.linalg.norm in float32; here
-// they are summed in float64 and rounded once, so a scale may differ from
-// torch's in its last bit. Everything else is the float32 arithmetic of
-// the Python, in its order.
+// DeepSpeed computes the norms with torch.linalg.norm in float32; Norm2
+// sums them in the order of torch's CPU kernel, with its fused
+// multiply-adds. Everything else is the float32 arithmetic of the Python,
+// in its order.
 //
 // On the wire the signs are packed 16 to a uint16 word (element i of a
 // chunk is bit i%16 of word i/16, 1 for +1) and the scale follows as the
@@ -102,13 +102,10 @@ func (z *Compressor) AllReduce(ctx context.Context, x []float32, ef *ErrorFeedba
 	w := CompressedWords(N, n)
 
 	// Worker: error feedback, scale, error, packed signs per chunk.
-	var sq float64
 	for i, e := range ef.Worker {
-		v := x[i] + e
-		x[i] = v
-		sq += float64(v) * float64(v)
+		x[i] += e
 	}
-	s := scaleOf(sq, N)
+	s := scaleOf(x)
 	z.send = grow(z.send, n*w)
 	for j := range n {
 		a, b := CompressedChunk(N, n, j)
@@ -146,13 +143,10 @@ func (z *Compressor) AllReduce(ctx context.Context, x []float32, ef *ErrorFeedba
 			addUnpackScaled(y, slot, sr)
 		}
 	}
-	sq = 0
 	for i, f := range ef.Server {
-		v := y[i] + f
-		y[i] = v
-		sq += float64(v) * float64(v)
+		y[i] += f
 	}
-	t := scaleOf(sq, m)
+	t := scaleOf(y)
 	z.gsend = grow(z.gsend, w)
 	packErr(z.gsend, y, ef.Server, t)
 
@@ -169,13 +163,71 @@ func (z *Compressor) AllReduce(ctx context.Context, x []float32, ef *ErrorFeedba
 	return nil
 }
 
-// scaleOf is f32(√sq)/f32(√n), 0 for n = 0: DeepSpeed's
-// torch.linalg.norm(x) / np.sqrt(x.numel()) with sq = Σx² summed in float64.
-func scaleOf(sq float64, n int) float32 {
-	if n == 0 {
+// scaleOf is DeepSpeed's torch.linalg.norm(x) / np.sqrt(x.numel()) in
+// float32: f32(‖x‖₂) / f32(√n), 0 for an empty x.
+func scaleOf(x []float32) float32 {
+	if len(x) == 0 {
 		return 0
 	}
-	return float32(math.Sqrt(sq)) / float32(math.Sqrt(float64(n)))
+	return Norm2(x) / float32(math.Sqrt(float64(len(x))))
+}
+
+// normLanes is the width of torch's float32 vector on the CPU kernel the
+// references ran (Vectorized<float> under AVX2).
+const normLanes = 8
+
+// Norm2 is ‖x‖₂ in float32 summed as torch 1.13's CPU norm kernel sums a
+// contiguous float32 vector (binary_kernel_reduce_lastdim with
+// norm_two_reduce_step): eight lanes, lane j accumulating
+// acc_j = fma(x_i, x_i, acc_j) over i ≡ j (mod 8) in order, the lanes then
+// added left to right, the elements past the last multiple of 8 fused
+// into that sum one by one, and the square root rounded to float32. On
+// lengths that are multiples of 8 — every buffer and chunk of DeepSpeed's
+// padded compressed all-reduce — it is torch's value bit for bit (checked
+// against torch.linalg.norm on the references' machine and against the
+// scales of real DeepSpeed 1-bit Adam runs, TestCompressedDeepSpeedGPT);
+// on other lengths torch's tail handling can differ by an ulp.
+func Norm2(x []float32) float32 {
+	var acc [normLanes]float32
+	n := len(x) - len(x)%normLanes
+	for i := 0; i < n; i += normLanes {
+		v := x[i : i+normLanes]
+		for j := range acc {
+			acc[j] = fma32(v[j], v[j], acc[j])
+		}
+	}
+	s := acc[0]
+	for _, a := range acc[1:] {
+		s += a
+	}
+	for _, v := range x[n:] {
+		s = fma32(v, v, s)
+	}
+	return float32(math.Sqrt(float64(s)))
+}
+
+// fma32 is a·b + c rounded once to float32, as a float32 FMA instruction
+// computes it. a·b is exact in float64; the sum is rounded to float64
+// with its error kept (TwoSum), and where that float64 lies exactly
+// halfway between two float32 values the error decides the side, so the
+// double rounding never differs from a single one.
+func fma32(a, b, c float32) float32 {
+	p, q := float64(a)*float64(b), float64(c)
+	s := p + q
+	bv := s - p
+	e := (p - (s - bv)) + (q - bv)
+	r := float32(s)
+	if e == 0 || float64(r) == s {
+		return r
+	}
+	other := math.Nextafter32(r, float32(math.Inf(1)))
+	if float64(r) > s {
+		other = math.Nextafter32(r, float32(math.Inf(-1)))
+	}
+	if (float64(r)+float64(other))/2 == s && (e > 0) == (float64(other) > float64(r)) {
+		return other
+	}
+	return r
 }
 
 // packErr is packSlot of x and s, and writes the compression error

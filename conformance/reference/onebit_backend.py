@@ -10,7 +10,13 @@ compressed_allreduce is NcclBackend.compressed_allreduce op for op, with one cha
 the ±1 sign tensors and the scales move as they are (an all_gather of every rank's signs, each
 rank then keeping the chunk it serves, instead of cupy's packbits and an all_to_all_single of the
 packed bytes). Packing signs into bits is lossless, so every value is DeepSpeed's.
+
+With ONEBIT_DUMP=DIR in the environment every call also writes, per rank, r<rank>_c<call>_<k>.npy
+(float32, flattened) for k = in (the padded buffer before the worker error is added), we and se
+(the worker and server errors after the call) and out (the result), calls counted from 0 in the
+order the optimizer makes them: what gen_onebit_golden.py reads.
 """
+import os
 import sys
 import types
 
@@ -41,6 +47,7 @@ class NcclBackend:
             empty_tensor = torch.zeros(worker_error_size - original_size, device=buffer_m.device)
             buffer_m = torch.cat([buffer_m, empty_tensor])
 
+        dump_in = buffer_m.clone() if os.environ.get("ONEBIT_DUMP") else None
         buffer_m.add_(worker_error)
         worker_scale = torch.linalg.norm(buffer_m) / np.sqrt(buffer_m.numel())
         worker_sign = buffer_m.sign().add_(1).bool().float().add_(-0.5).mul_(2.0)
@@ -60,11 +67,20 @@ class NcclBackend:
         recvbuf_sign_server = torch.stack(self._gather(server_sign))
         recvbuf_scale_server = torch.stack(self._gather(server_scale.reshape(1)))
         buffer_m.data.copy_(recvbuf_sign_server.mul_(recvbuf_scale_server).flatten().data)
+        if dump_in is not None:
+            self._dump(dump_in, worker_error, server_error, buffer_m)
         if original_size != worker_error_size:
             buffer_m = buffer_m[0:original_size]
         if len(original_shape) > 1:
             buffer_m = buffer_m.reshape(original_shape)
         return buffer_m
+
+    def _dump(self, x, we, se, out):
+        call = getattr(self, "_calls", 0)
+        for k, v in (("in", x), ("we", we), ("se", se), ("out", out)):
+            np.save(os.path.join(os.environ["ONEBIT_DUMP"], f"r{self.rank}_c{call}_{k}.npy"),
+                    v.detach().reshape(-1).numpy())
+        self._calls = call + 1
 
 
 def install():
