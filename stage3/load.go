@@ -103,24 +103,50 @@ func (s *Strategy) LoadTensor(g int, name string, read func(dst []float32) error
 		return s.voidLoad(fmt.Errorf("sub-group %d's %s: %w", g, name, err))
 	}
 	if i < 0 {
-		lo := s.lay.SubGroupOffset(g)
-		work := s.work[lo : lo+n]
-		copy(work, b.F32())
-		if s.o.Round != nil {
-			s.o.Round(work)
-		}
-		if s.pswap != nil && s.pswap.sw != nil {
-			ids := s.lay.SubGroups[g]
-			if err := s.swapOutParams(ids[0], ids[len(ids)-1]); err != nil {
-				ss.sw.Release(b)
-				return s.voidLoad(err)
-			}
+		if err := s.loadWork(g, b.F32()); err != nil {
+			ss.sw.Release(b)
+			return s.voidLoad(err)
 		}
 		ld.master[g] = true
 	} else {
 		ld.states[g][i] = true
 	}
 	ld.hs = append(ld.hs, ss.sw.Write(swapKey(g, name), b))
+	return nil
+}
+
+// loadPiece is the most elements of parameter partitions loadWork makes
+// resident at once with offload_param nvme (32 MiB of them, or one
+// partition when it is larger).
+const loadPiece = 8 << 20
+
+// loadWork puts sub-group g's loaded master into its parameter
+// partitions, rounded to the training dtype. With offload_param nvme
+// that goes a few partitions at a time (loadPiece elements): they are
+// written to their swap files and their memory handed back before the
+// next are filled, so that the partitions resident at once do not grow
+// with the sub-group.
+func (s *Strategy) loadWork(g int, master []float32) error {
+	ids, lo := s.lay.SubGroups[g], s.lay.SubGroupOffset(g)
+	first := 0 // ids[first:k+1] are the partitions of the next piece
+	for k, id := range ids {
+		start, end := s.lay.Offsets[ids[first]], s.lay.Offsets[id]+s.lay.PartitionSizes[id]
+		swapped := s.pswap != nil && s.pswap.sw != nil
+		if k < len(ids)-1 && (!swapped || end-start < loadPiece) {
+			continue
+		}
+		work := s.work[start:end]
+		copy(work, master[start-lo:end-lo])
+		if s.o.Round != nil {
+			s.o.Round(work)
+		}
+		if swapped {
+			if err := s.swapOutParams(ids[first], id); err != nil {
+				return err
+			}
+		}
+		first = k + 1
+	}
 	return nil
 }
 
