@@ -4,6 +4,9 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"runtime/debug"
+	"strconv"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -41,24 +44,50 @@ var benchSizes = []struct {
 //	go test ./checkpoint -run '^$' -bench 'SaveLoad' -benchtime 3x
 //
 // Each load reads the files from the disk: they are dropped from the page
-// cache first (on Linux; evictCache).
+// cache first (on Linux; evictCache). A load also reports the process's
+// resident set before it (rss-MB), its peak during the load
+// (load-peak-rss-MB: VmHWM, reset before the load; Linux only) and their
+// difference (load-extra-rss-MB, both ranks').
+//
+// DSZERO_BENCH_OFFLOAD=cpu offloads the optimizer state and parameters to
+// the CPU; =nvme to swap files in the benchmark's directory
+// (sub_group_size 1e7): a load then reads each file and writes its
+// tensors to the swap files (O_DIRECT where the filesystem has it), the
+// same bytes again.
 func BenchmarkSaveLoad(b *testing.B) {
 	base := os.Getenv("DSZERO_BENCH_DIR")
+	offload := os.Getenv("DSZERO_BENCH_OFFLOAD")
 	for _, sz := range benchSizes {
 		if large := os.Getenv("DSZERO_BENCH_LARGE"); sz.large && large != "1" && large != sz.name {
 			continue
 		}
 		l := bigLayout(sz.units, sz.rows, sz.cols)
-		plan, err := ztest.Plan(stageJSON(3, "fp32", 0), 2)
-		if err != nil {
-			b.Fatal(err)
-		}
 		dir := b.TempDir()
 		if base != "" {
+			var err error
 			if dir, err = os.MkdirTemp(base, "bench"); err != nil {
 				b.Fatal(err)
 			}
 			defer os.RemoveAll(dir)
+		}
+		js := stageJSON(3, "fp32", 0)
+		switch offload {
+		case "":
+		case "cpu":
+			js = strings.Replace(js, `"stage": 3`, `"stage": 3, "offload_optimizer": {"device": "cpu"}, "offload_param": {"device": "cpu"}`, 1)
+		case "nvme":
+			swap := filepath.Join(dir, "swap")
+			if err := os.Mkdir(swap, 0o755); err != nil {
+				b.Fatal(err)
+			}
+			q := strconv.Quote(swap)
+			js = strings.Replace(js, `"stage": 3`, `"stage": 3, "sub_group_size": 10000000, "offload_optimizer": {"device": "nvme", "nvme_path": `+q+`}, "offload_param": {"device": "nvme", "nvme_path": `+q+`}`, 1)
+		default:
+			b.Fatalf("DSZERO_BENCH_OFFLOAD=%q: want cpu or nvme, or unset", offload)
+		}
+		plan, err := ztest.Plan(js, 2)
+		if err != nil {
+			b.Fatal(err)
 		}
 		ckBytes := func() int64 {
 			var n int64
@@ -100,6 +129,7 @@ func BenchmarkSaveLoad(b *testing.B) {
 				b.Log("the checkpoint's files may be in the page cache: the load's MB/s is not the disk's")
 			}
 			var took, cpu time.Duration
+			var before, peak int64
 			for range b.N {
 				// From the disk, as a resumed run reads it: not from the
 				// page cache the save (or the previous load) filled.
@@ -108,6 +138,18 @@ func BenchmarkSaveLoad(b *testing.B) {
 				}
 				var t atomic.Int64
 				err := bigRanks(plan, &l, false, func(r int, eng *zero.Engine, c comm.Comm, _ *mem.Accountant) error {
+					if err := c.Barrier(context.Background()).Wait(); err != nil {
+						return err
+					}
+					if r == 0 {
+						// The heap an earlier save or load freed goes back to
+						// the system: the load's RSS is then its own.
+						debug.FreeOSMemory()
+						if err := resetPeakRSS(); err != nil {
+							return err
+						}
+						before, _ = peakRSS()
+					}
 					if err := c.Barrier(context.Background()).Wait(); err != nil {
 						return err
 					}
@@ -121,6 +163,7 @@ func BenchmarkSaveLoad(b *testing.B) {
 					if r == 0 {
 						t.Store(int64(time.Since(t0)))
 						cpu += cpuTime() - c0
+						_, peak = peakRSS()
 					}
 					return nil
 				})
@@ -134,6 +177,10 @@ func BenchmarkSaveLoad(b *testing.B) {
 			// sha256s, CRC-32s and copies): on a busy machine a load with
 			// less CPU than it needs falls behind the disk.
 			b.ReportMetric(cpu.Seconds()/float64(b.N), "cpu-s/op")
+			// The last load's.
+			b.ReportMetric(float64(before)/1e6, "rss-MB")
+			b.ReportMetric(float64(peak)/1e6, "load-peak-rss-MB")
+			b.ReportMetric(float64(peak-before)/1e6, "load-extra-rss-MB")
 		})
 	}
 }

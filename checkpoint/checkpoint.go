@@ -354,12 +354,14 @@ func Load(dir, tag string, e *zero.Engine, o Options) error {
 	if sy.ctx == nil {
 		sy.ctx = context.Background()
 	}
-	st, err := readRank(dir, tag, e, o)
+	st, end, err := readRank(dir, tag, e, o)
+	err = end(err) // the writes into swap files (load3.go) done
 	what := "load checkpoint " + filepath.Join(dir, tag)
 	if tag == "" {
 		what = "load the latest checkpoint of " + dir
 	}
 	if err = sy.agree(err, what); err != nil {
+		end(err) // another rank failed: void this one's load
 		return err
 	}
 	if err := e.ImportState(st); err != nil {
@@ -389,11 +391,15 @@ func checkpointPath(dir, tag string) (string, string, error) {
 	return tag, path, nil
 }
 
-func readRank(dir, tag string, e *zero.Engine, o Options) (zero.State, error) {
-	var st zero.State
+// readRank reads the rank's state of checkpoint dir/tag for e. end,
+// never nil, is to be called with the load's outcome: it completes the
+// writes of a load into swap files (targetOf) and returns the outcome
+// joined with theirs; called again with an error, it voids that load.
+func readRank(dir, tag string, e *zero.Engine, o Options) (st zero.State, end func(error) error, err error) {
+	end = func(err error) error { return err }
 	_, path, err := checkpointPath(dir, tag)
 	if err != nil {
-		return st, err
+		return st, end, err
 	}
 	plan := e.Plan()
 	rank, world := 0, plan.WorldSize
@@ -407,7 +413,7 @@ func readRank(dir, tag string, e *zero.Engine, o Options) (zero.State, error) {
 		man, err = foreignManifest(path, dtype)
 	}
 	if err != nil {
-		return st, err
+		return st, end, err
 	}
 	same := man.Stage == stage && (man.World == world || stage == 0)
 	// The files' flat buffer is in this run's order when they are read as
@@ -415,29 +421,30 @@ func readRank(dir, tag string, e *zero.Engine, o Options) (zero.State, error) {
 	rr := same && plan.Zero.RoundRobinGradients
 	x, err := expectOf(path, man, dtype, o.Layout, rr)
 	if err != nil {
-		return st, err
+		return st, end, err
 	}
 	if same {
 		if (stage == 1 || stage == 2) && x.dszero && x.ref.RoundRobin != rr {
-			return st, fmt.Errorf("checkpoint %s was saved with round_robin_gradients %v, this run has %v: the partitions hold the parameters in another order; set round_robin_gradients as it was saved", path, x.ref.RoundRobin, rr)
+			return st, end, fmt.Errorf("checkpoint %s was saved with round_robin_gradients %v, this run has %v: the partitions hold the parameters in another order; set round_robin_gradients as it was saved", path, x.ref.RoundRobin, rr)
 		}
 		// Stages 1–3 read the fp32 partitions and optimizer state straight
 		// into the engine's own buffers (its view), which ImportState then
-		// takes as they are: no copy of the state is made.
-		var into *zcore.StrategyState
+		// takes as they are, or into its swap files (load3.go): no copy of
+		// the state is made.
+		var to target
 		if stage > 0 {
-			v, err := e.ViewState()
-			if err != nil {
-				return st, err
+			if to, end, err = targetOf(e); err != nil {
+				return st, end, err
 			}
-			into = &v.Strategy
 		}
-		return readSaved(path, x, stage, rank, world, dtype, o.Layout, into)
+		st, err = readSaved(path, x, stage, rank, world, dtype, o.Layout, to)
+		return st, end, err
 	}
 	// Another stage or world size: every rank reads every saved rank's
 	// state, puts the model's fp32 master and optimizer state back
 	// together, and takes its own part of them in this run's layout.
-	return reshard(path, man, x, e, o, rank)
+	st, err = reshard(path, man, x, e, o, rank)
+	return st, end, err
 }
 
 // expectOf reads what the files of the checkpoint at path must say (see
@@ -462,11 +469,10 @@ func expectOf(path string, man manifest, dtype string, l *model.Layout, rr bool)
 }
 
 // readSaved reads saved rank rank's state of a checkpoint of stage over
-// world ranks, checking each file it reads against x. into, when not nil,
-// is where the fp32 groups' values go where their sizes match (see
-// readOptim). A file whose sha256 is not the manifest's fails it with
+// world ranks, checking each file it reads against x. to is where the
+// fp32 groups' values go (see readOptim). A file whose sha256 is not the manifest's fails it with
 // that error, whatever else went wrong reading it.
-func readSaved(path string, x expect, stage, rank, world int, dtype string, l *model.Layout, into *zcore.StrategyState) (st zero.State, err error) {
+func readSaved(path string, x expect, stage, rank, world int, dtype string, l *model.Layout, to target) (st zero.State, err error) {
 	manRank := rank
 	if stage == 0 {
 		manRank = 0 // stage 0 partitions nothing: every rank reads rank 0's file
@@ -551,7 +557,7 @@ func readSaved(path string, x expect, stage, rank, world int, dtype string, l *m
 		if err := x.check(optimName, rank, kindOptim, src); err != nil {
 			return st, err
 		}
-		if err = readOptim(src, &st, into); err != nil {
+		if err = readOptim(src, &st, to); err != nil {
 			err = fmt.Errorf("%s: %w", optimName, err)
 		}
 	}
@@ -659,7 +665,7 @@ func readPartitionedStage0(path string, x expect, man0 manifest, l *model.Layout
 		err = x.check(name, r, kindOptim, v)
 		if err == nil {
 			saved[r].Strategy.Stage = 1
-			if err = readOptim(v, &saved[r], nil); err != nil {
+			if err = readOptim(v, &saved[r], target{}); err != nil {
 				err = fmt.Errorf("%s: %w", name, err)
 			}
 		}
@@ -677,9 +683,11 @@ func readPartitionedStage0(path string, x expect, man0 manifest, l *model.Layout
 
 // readOptim reads an optim-states file's fp32 groups and optimizer state
 // into st. A group's master, and a state tensor of the same size, are
-// read into into's group (the engine's own buffers) when into has one of
-// that size; into may be nil.
-func readOptim(v any, st *zero.State, into *zcore.StrategyState) error {
+// read into to's group (the engine's own buffers) when to has one of
+// that size; with to's swap loader (stage 3, load3.go) every tensor goes
+// to it instead, and st's groups hold only the step counts and the
+// optimizer's resume state.
+func readOptim(v any, st *zero.State, to target) error {
 	var groups []any
 	var statePath string
 	if st.Strategy.Stage == 3 {
@@ -695,12 +703,6 @@ func readOptim(v any, st *zero.State, into *zcore.StrategyState) error {
 		}
 		groups, statePath = l, "optimizer_state_dict.base_optimizer_state.state[%d]"
 	}
-	groupInto := func(g int) *zcore.GroupState {
-		if into != nil && g < len(into.Groups) {
-			return &into.Groups[g]
-		}
-		return nil
-	}
 	// The tensors are read in the files' order — every group's optimizer
 	// state, then the fp32 groups, as DeepSpeed and dszero save them — so
 	// that the file is read once (hashingReader).
@@ -708,12 +710,18 @@ func readOptim(v any, st *zero.State, into *zcore.StrategyState) error {
 	for g := range groups {
 		gs := &gss[g]
 		gs.Optim.State = map[string][]float32{}
+		if to.swap != nil {
+			if err := readSwappedState(v, fmt.Sprintf(statePath, g), g, &gs.Optim, to.swap); err != nil {
+				return err
+			}
+			continue
+		}
 		// Stages 1 and 2 save the optimizer state with the partition's
 		// padding, the fp32 partition without it: a state tensor is read
 		// into the engine's unpadded buffer, its padding checked on the way
 		// (readTorchState), or read whole and checked below.
 		padded := st.Strategy.Stage != 3
-		if err := readTorchState(v, fmt.Sprintf(statePath, g), &gs.Optim, groupState(groupInto(g)), padded); err != nil {
+		if err := readTorchState(v, fmt.Sprintf(statePath, g), &gs.Optim, groupState(to.group(g)), padded); err != nil {
 			return err
 		}
 		trimTensors(&gs.Optim)
@@ -724,8 +732,14 @@ func readOptim(v any, st *zero.State, into *zcore.StrategyState) error {
 		if !ok {
 			return fmt.Errorf("fp32 group %d is %s, not a tensor", g, ptfile.TypeName(groups[g]))
 		}
+		if to.swap != nil {
+			if err := to.swap.LoadTensor(g, "master", func(dst []float32) error { return readExact(t, dst) }); err != nil {
+				return fmt.Errorf("fp32 group %d: %w", g, err)
+			}
+			continue
+		}
 		var err error
-		if gs.Master, err = values(t, groupMaster(groupInto(g))); err != nil {
+		if gs.Master, err = values(t, groupMaster(to.group(g))); err != nil {
 			return fmt.Errorf("fp32 group %d: %w", g, err)
 		}
 		for k, x := range gs.Optim.State {

@@ -68,7 +68,9 @@
 // an engine built from the same config (a dszero file's tensors are read
 // from the file where they go — at stages 1–3 into the engine's own
 // buffers, the padding that stages 1 and 2 save in their optimizer state
-// checked on the way — never as a copy of the file, in the file's order,
+// checked on the way; at stage 3 with offload_optimizer nvme through a
+// buffer of the engine's swap pool into its swap files (load3.go) —
+// never as a copy of the file, in the file's order,
 // and each file's sha256 is computed from those reads (hashread.go), so
 // that the file is read once): the next steps are those of the uninterrupted run. A checkpoint of another ZeRO stage or world size is
 // resharded (reshard.go): every rank reads every saved rank's fp32 master

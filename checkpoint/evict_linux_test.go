@@ -3,6 +3,8 @@ package checkpoint_test
 import (
 	"os"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
@@ -40,4 +42,35 @@ func cpuTime() time.Duration {
 		return 0
 	}
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// resetPeakRSS makes the process's peak resident set (VmHWM) its current
+// one (/proc/self/clear_refs, 5), so that peakRSS then reports the peak
+// since.
+func resetPeakRSS() error { return os.WriteFile("/proc/self/clear_refs", []byte("5"), 0) }
+
+// peakRSS is the process's resident set now and at its peak (VmRSS and
+// VmHWM of /proc/self/status), in bytes; 0, 0 when they cannot be read.
+func peakRSS() (now, peak int64) {
+	b, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		return 0, 0
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		f := strings.Fields(line)
+		if len(f) != 3 || f[2] != "kB" {
+			continue
+		}
+		n, err := strconv.ParseInt(f[1], 10, 64)
+		if err != nil {
+			continue
+		}
+		switch f[0] {
+		case "VmRSS:":
+			now = n << 10
+		case "VmHWM:":
+			peak = n << 10
+		}
+	}
+	return now, peak
 }

@@ -552,17 +552,8 @@ func readTorchState(v any, path string, o *zcore.OptimState, into map[string][]f
 			}
 		}
 		if name == "step" {
-			switch s := x.(type) {
-			case *ptfile.Tensor:
-				f, err := s.Float32s()
-				if err != nil || len(f) != 1 {
-					return fmt.Errorf("%s.step: not a scalar", path)
-				}
-				o.Steps = int64(f[0])
-			case int64:
-				o.Steps = s
-			default:
-				return fmt.Errorf("%s.step is %s", path, ptfile.TypeName(x))
+			if o.Steps, err = stepOf(path, x); err != nil {
+				return err
 			}
 			continue
 		}
@@ -586,6 +577,22 @@ func readTorchState(v any, path string, o *zcore.OptimState, into map[string][]f
 		}
 	}
 	return nil
+}
+
+// stepOf is the value x of an optimizer state's step at path: a scalar
+// tensor (torch's) or an int.
+func stepOf(path string, x any) (int64, error) {
+	switch s := x.(type) {
+	case *ptfile.Tensor:
+		f, err := s.Float32s()
+		if err != nil || len(f) != 1 {
+			return 0, fmt.Errorf("%s.step: not a scalar", path)
+		}
+		return int64(f[0]), nil
+	case int64:
+		return s, nil
+	}
+	return 0, fmt.Errorf("%s.step is %s", path, ptfile.TypeName(x))
 }
 
 // readScaler reads the loss scaler from the dszero client state.

@@ -92,7 +92,7 @@ func TestLoadReadsOnce(t *testing.T) {
 			}
 			st := zero.State{}
 			st.Strategy.Stage = tc.stage
-			if err := readOptim(f.Root, &st, nil); err != nil {
+			if err := readOptim(f.Root, &st, target{}); err != nil {
 				t.Fatal(err)
 			}
 			read := hr.extra // before sum: what the reads skipped and had to read

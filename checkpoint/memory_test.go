@@ -186,33 +186,93 @@ func testSaveMemory(t *testing.T, swapped bool) {
 // file, and the state, are several times it), and the values arrive. At
 // stages 1 and 2 the model has a parameter of odd size, so that the last
 // rank's partition ends in padding, which its optimizer-state tensors
-// hold in the file and its master partition does not.
+// hold in the file and its master partition does not. At stage 3 also
+// with the optimizer state offloaded to the CPU, and to NVMe (its
+// parameters too), in sub-groups: the partitions are read from the file
+// through a buffer of the swap pool straight into their swap files. The
+// accountant's count of the rank's memory (its tiers but NVMe) does not
+// rise by more than the bound during the load either. The load before
+// this (an intermediate copy of the state, then written to the swap
+// files) allocated 3× the state at NVMe, and accounted a sub-group's
+// optimizer state.
 func TestLoadMemoryBounded(t *testing.T) {
-	for _, stage := range []int{1, 2, 3} {
-		t.Run(fmt.Sprintf("stage %d", stage), func(t *testing.T) { testLoadMemory(t, stage) })
+	for _, tc := range []struct {
+		stage   int
+		offload string // zero_optimization's offload blocks
+	}{
+		{1, ""}, {2, ""}, {3, ""},
+		{3, `, "offload_optimizer": {"device": "cpu"}`},
+		{3, `, "sub_group_size": 4194304, "offload_optimizer": {"device": "nvme", "nvme_path": "/swap"}`},
+		{3, `, "sub_group_size": 4194304, "stage3_param_persistence_threshold": 0, "offload_optimizer": {"device": "nvme", "nvme_path": "/swap"}, "offload_param": {"device": "nvme", "nvme_path": "/swap"}`},
+	} {
+		name := fmt.Sprintf("stage %d", tc.stage)
+		switch {
+		case strings.Contains(tc.offload, "offload_param"):
+			name += " nvme params"
+		case strings.Contains(tc.offload, "nvme"):
+			name += " nvme"
+		case tc.offload != "":
+			name += " cpu"
+		}
+		t.Run(name, func(t *testing.T) { testLoadMemory(t, tc.stage, tc.offload) })
 	}
 }
 
-func testLoadMemory(t *testing.T, stage int) {
+// swapFS is world in-memory filesystems with a folder /swap, or nil when
+// js has no NVMe offload.
+func swapFS(t *testing.T, js string, world int) []nvme.FS {
+	if !strings.Contains(js, "nvme") {
+		return nil
+	}
+	var out []nvme.FS
+	for range world {
+		m := nvme.NewMemFS(0)
+		if err := m.Mkdir("/swap"); err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, m)
+	}
+	return out
+}
+
+// memoryBytes is what acct counts in the tiers of the rank's memory
+// (all but NVMe), live and at the peak.
+func memoryBytes(acct *mem.Accountant) (live, peak int64) {
+	sn := acct.Snapshot()
+	for _, tier := range mem.Tiers() {
+		if tier != mem.NVMe {
+			live += sn.LiveTotal[tier]
+			peak += sn.PeakTotal[tier]
+		}
+	}
+	return live, peak
+}
+
+func testLoadMemory(t *testing.T, stage int, offload string) {
 	const world = 2
 	l := bigLayout(6, 2048, 2048)
 	if stage < 3 {
 		l = biasedLayout(6, 2048, 2048, 3) // 3 mod 2·world: one element of padding
 	}
-	plan, err := ztest.Plan(stageJSON(stage, "fp32", 0), world)
+	js := stageJSON(stage, "fp32", 0)
+	if offload != "" {
+		js = strings.Replace(js, `"stage": 3`, `"stage": 3`+offload, 1)
+	}
+	plan, err := ztest.Plan(js, world)
 	if err != nil {
 		t.Fatal(err)
 	}
 	bound := saveBound(ptfile.WriteOptions{})
 	dir := t.TempDir()
-	err = bigRanks(plan, &l, true, func(r int, eng *zero.Engine, c comm.Comm, _ *mem.Accountant) error {
+	err = bigRanksOn(plan, &l, swapFS(t, js, world), true, func(r int, eng *zero.Engine, c comm.Comm, _ *mem.Accountant) error {
 		return checkpoint.Save(dir, "", eng, checkpoint.Options{Layout: &l, Comm: c})
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
 	var before, after runtime.MemStats
-	err = bigRanks(plan, &l, false, func(r int, eng *zero.Engine, c comm.Comm, _ *mem.Accountant) error {
+	extra := make([]int64, world)
+	err = bigRanksOn(plan, &l, swapFS(t, js, world), false, func(r int, eng *zero.Engine, c comm.Comm, acct *mem.Accountant) error {
 		if stage < 3 {
 			// What the load must restore, not what the engine was built with.
 			work, _ := eng.ModelBuffers()
@@ -228,9 +288,13 @@ func testLoadMemory(t *testing.T, stage int) {
 		if err := c.Barrier(context.Background()).Wait(); err != nil {
 			return err
 		}
+		acct.ResetPeaks()
+		live, _ := memoryBytes(acct)
 		if err := checkpoint.Load(dir, "", eng, checkpoint.Options{Layout: &l, Comm: c}); err != nil {
 			return err
 		}
+		_, peak := memoryBytes(acct)
+		extra[r] = peak - live
 		if err := c.Barrier(context.Background()).Wait(); err != nil {
 			return err
 		}
@@ -240,7 +304,11 @@ func testLoadMemory(t *testing.T, stage int) {
 		if err := c.Barrier(context.Background()).Wait(); err != nil {
 			return err
 		}
-		v, err := eng.ViewState()
+		view := eng.ViewState
+		if strings.Contains(offload, "nvme") {
+			view = eng.ExportState // read back from the swap files (after the measurement)
+		}
+		v, err := view()
 		if err != nil {
 			return err
 		}
@@ -273,8 +341,13 @@ func testLoadMemory(t *testing.T, stage int) {
 		t.Fatal(err)
 	}
 	allocated := int64(after.TotalAlloc - before.TotalAlloc)
-	t.Logf("the load of %d ranks allocated %d MiB (bound %d MiB a rank; the state is %d MiB a rank)", world, allocated>>20, bound>>20, 3*4*l.Numel/world>>20)
+	t.Logf("the load of %d ranks allocated %d MiB, the accountant's extra bytes %v (bound %d MiB a rank; the state is %d MiB a rank)", world, allocated>>20, extra, bound>>20, 3*4*l.Numel/world>>20)
 	if allocated > world*bound {
 		t.Errorf("the load allocated %d bytes on %d ranks, more than %d a rank: it copies the state", allocated, world, bound)
+	}
+	for r, x := range extra {
+		if x > bound {
+			t.Errorf("rank %d: the accountant's extra bytes during the load are %d, more than %d", r, x, bound)
+		}
 	}
 }

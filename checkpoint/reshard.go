@@ -43,7 +43,7 @@ func reshard(path string, man manifest, x expect, e *zero.Engine, o Options, ran
 	saved := make([]zero.State, ranks)
 	for r := range saved {
 		var err error
-		if saved[r], err = readSaved(path, x, man.Stage, r, man.World, plan.Precision.DType, l, nil); err != nil {
+		if saved[r], err = readSaved(path, x, man.Stage, r, man.World, plan.Precision.DType, l, target{}); err != nil {
 			return zero.State{}, err
 		}
 	}

@@ -100,7 +100,9 @@
 // within twice stage3_prefetch_bucket_size elements — while the current
 // unit computes, and the gather waits for its read instead of reading
 // then; a failed read fails that gather, naming the file. Waits counts
-// the reads, those read ahead and those that had landed.
+// the reads, those read ahead and those that had landed. A checkpoint's
+// load puts each tensor straight into its swap file through a swap buffer
+// (load.go: BeginLoad, LoadTensor, EndLoad, then ImportState).
 //
 // The step, per DeepSpeedZeroOptimizer_Stage3.step: the overflow check
 // (fp16); per sub-group the float64 norms of its parameters' gradient

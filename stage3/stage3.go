@@ -155,6 +155,7 @@ type Strategy struct {
 	workOnDevice int             // elements of work accounted on the device (the persistent partitions)
 	swap         *swapState      // offload_optimizer nvme; nil otherwise
 	pswap        *paramSwap      // offload_param nvme; nil otherwise
+	load         *swapLoad       // a checkpoint's load into the swap files (load.go); nil otherwise
 	hpz          *secondary      // ZeRO++ hpZ; nil otherwise
 	qw           *weightQuant    // ZeRO++ qwZ; nil otherwise
 	qg           *gradQuant      // ZeRO++ qgZ; nil otherwise

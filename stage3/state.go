@@ -60,7 +60,11 @@ func (s *Strategy) exportSwapped(g, n int) (zcore.GroupState, error) {
 // masters and optimizer states (through the swap files with
 // offload_optimizer nvme), and the parameter partitions from the masters.
 // The persistent parameters are gathered again: every rank calls it.
+// After BeginLoad it completes that load instead (load.go).
 func (s *Strategy) ImportState(st zcore.StrategyState) error {
+	if s.load != nil {
+		return s.importLoaded(st) // the values are in place already (load.go)
+	}
 	if s.steps > 0 || s.r.ug.Backwards() > 0 || s.r.ug.InBackward() {
 		return errors.New("stage 3: load a checkpoint into a freshly built engine, before any step (as DeepSpeed requires)")
 	}
