@@ -2,7 +2,8 @@ package device
 
 import "fmt"
 
-// DType is the element type of a buffer.
+// DType is the element type of a buffer, and the dtype a model trains in
+// (dsconfig.Precision.DType). The zero value is F32.
 type DType int
 
 const (
@@ -13,6 +14,17 @@ const (
 )
 
 var dtypeNames = [...]string{"fp32", "fp16", "bf16"}
+
+// ParseDType reads a DeepSpeed dtype name: "fp32", "fp16" or "bf16"
+// (the names String returns; nothing else, not even "").
+func ParseDType(s string) (DType, error) {
+	for d, name := range dtypeNames {
+		if name == s {
+			return DType(d), nil
+		}
+	}
+	return 0, fmt.Errorf("device: dtype %q: want fp32, fp16 or bf16", s)
+}
 
 // Size is the width of one element in bytes.
 func (d DType) Size() int {
@@ -35,3 +47,22 @@ func (d DType) String() string {
 
 // Valid reports whether d is one of F32, F16 and BF16.
 func (d DType) Valid() bool { return d >= 0 && d < numDTypes }
+
+// MarshalText writes the DeepSpeed name, so that a plan's JSON holds
+// "bf16", not a number. An invalid DType is an error.
+func (d DType) MarshalText() ([]byte, error) {
+	if !d.Valid() {
+		return nil, fmt.Errorf("device: invalid DType %d", int(d))
+	}
+	return []byte(dtypeNames[d]), nil
+}
+
+// UnmarshalText reads what MarshalText writes (ParseDType).
+func (d *DType) UnmarshalText(b []byte) error {
+	v, err := ParseDType(string(b))
+	if err != nil {
+		return err
+	}
+	*d = v
+	return nil
+}
