@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"strings"
 	"testing"
 
@@ -65,6 +66,31 @@ func TestParseDType(t *testing.T) {
 			t.Errorf("ParseDType(%q) = %v, %v; want an error naming it and the valid names", s, d, err)
 		}
 	}
+}
+
+// TestDTypeRounding: F32 does not round; F16 and BF16 round to nearest
+// even at 10 and 7 fraction bits. 1 + 2^-8 + 2^-10 is an fp16 value; bf16
+// rounds it up to 1 + 2^-7. 1 + 2^-11 + 2^-13 is fp16's halfway case
+// plus a bit, rounded up to 1 + 2^-10.
+func TestDTypeRounding(t *testing.T) {
+	if F32.Rounding() != nil {
+		t.Errorf("F32 rounds")
+	}
+	in := []float32{1 + 1.0/256 + 1.0/1024, 1 + 1.0/2048 + 1.0/8192}
+	for _, c := range []struct {
+		d    DType
+		want []float32
+	}{
+		{F16, []float32{1 + 1.0/256 + 1.0/1024, 1 + 1.0/1024}},
+		{BF16, []float32{1 + 1.0/128, 1}},
+	} {
+		x := slices.Clone(in)
+		c.d.Rounding()(x)
+		if !slices.Equal(x, c.want) {
+			t.Errorf("%v rounds %v to %v, want %v", c.d, in, x, c.want)
+		}
+	}
+	mustPanic(t, "Rounding of invalid dtype", "invalid DType", func() { DType(5).Rounding() })
 }
 
 // TestDTypeJSON: a DType in JSON is its DeepSpeed name, both ways; an

@@ -1,6 +1,10 @@
 package device
 
-import "fmt"
+import (
+	"fmt"
+
+	"github.com/dszero/dszero/half"
+)
 
 // DType is the element type of a buffer, and the dtype a model trains in
 // (dsconfig.Precision.DType). The zero value is F32.
@@ -33,6 +37,21 @@ func (d DType) Size() int {
 		return 4
 	case F16, BF16:
 		return 2
+	}
+	panic(fmt.Sprintf("device: invalid DType %d", int(d)))
+}
+
+// Rounding is how float32 values become d's, in place: nil for F32 (no
+// rounding), half.RoundF16 and half.RoundBF16 for the 16-bit dtypes (the
+// Round of 16-bit emulation: a stage's working parameters, a model's ops).
+func (d DType) Rounding() func([]float32) {
+	switch d {
+	case F32:
+		return nil
+	case F16:
+		return half.RoundF16
+	case BF16:
+		return half.RoundBF16
 	}
 	panic(fmt.Sprintf("device: invalid DType %d", int(d)))
 }
