@@ -441,7 +441,7 @@ func (r *rank) setup() error {
 		return err
 	}
 	m, err := cfg.Model.Build(model.BuildOptions{Gemm: r.dev.Gemm, Acct: r.dev.Acct, Hooks: hooks, Checkpoint: cfg.Checkpoint,
-		CPUCheckpoint: cfg.CPUCheckpoint, Round: eng.Round(), Workers: cfg.Workers, SeqParallel: r.sp.group, FastMath: cfg.FastMath})
+		CPUCheckpoint: cfg.CPUCheckpoint, DType: eng.DType(), Workers: cfg.Workers, SeqParallel: r.sp.group, FastMath: cfg.FastMath})
 	if err != nil {
 		return err
 	}

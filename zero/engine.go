@@ -8,7 +8,6 @@ import (
 	"github.com/dszero/dszero/comm"
 	"github.com/dszero/dszero/device"
 	"github.com/dszero/dszero/dsconfig"
-	"github.com/dszero/dszero/half"
 	"github.com/dszero/dszero/internal/zcore"
 	"github.com/dszero/dszero/mem"
 	"github.com/dszero/dszero/model"
@@ -425,16 +424,12 @@ func CheckPlan(plan dsconfig.Plan) (warns []string, err error) {
 	return warns, nil
 }
 
-// Round is the working precision's rounding (nil for fp32), for the model.
-func (e *Engine) Round() func([]float32) {
-	switch e.plan.Precision.DType {
-	case device.BF16:
-		return half.RoundBF16
-	case device.F16:
-		return half.RoundF16
-	}
-	return nil
-}
+// Round is the working precision's rounding (nil for fp32), for the
+// stage's working parameters.
+func (e *Engine) Round() func([]float32) { return e.plan.Precision.DType.Rounding() }
+
+// DType is the training dtype, for the model (model.BuildOptions.DType).
+func (e *Engine) DType() device.DType { return e.plan.Precision.DType }
 
 // Strategy is the rank's strategy (the model's unit hooks).
 func (e *Engine) Strategy() Strategy { return e.strategy }
