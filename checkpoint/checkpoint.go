@@ -13,6 +13,7 @@ import (
 	"strings"
 
 	"github.com/dszero/dszero/comm"
+	"github.com/dszero/dszero/device"
 	"github.com/dszero/dszero/internal/zcore"
 	"github.com/dszero/dszero/mem"
 	"github.com/dszero/dszero/model"
@@ -70,11 +71,11 @@ func manifestName(rank int) string { return fmt.Sprintf("dszero_manifest_rank_%d
 // master and optimizer state across the ranks as stage 1 does: DeepSpeed's
 // BF16_Optimizer, which it uses for bf16 at stage 0, and whose per-rank
 // files dszero writes and reads the same way.
-func partitionedStage0(stage int, dtype string) bool { return stage == 0 && dtype == "bf16" }
+func partitionedStage0(stage int, dtype device.DType) bool { return stage == 0 && dtype == device.BF16 }
 
 // fileStage is the stage whose file layout a checkpoint of stage and dtype
 // has.
-func fileStage(stage int, dtype string) int {
+func fileStage(stage int, dtype device.DType) int {
 	if partitionedStage0(stage, dtype) {
 		return 1
 	}
@@ -83,9 +84,9 @@ func fileStage(stage int, dtype string) int {
 
 // FileNames are the files rank writes at stage for dtype, in DeepSpeed's
 // naming.
-func FileNames(stage, rank int, dtype string) (model, optim string) {
+func FileNames(stage, rank int, dtype device.DType) (model, optim string) {
 	prefix := ""
-	if dtype == "bf16" {
+	if dtype == device.BF16 {
 		prefix = "bf16_"
 	}
 	switch {
@@ -221,7 +222,7 @@ func saveRank(tmp string, e *zero.Engine, v view, o Options, rank int) error {
 	man := manifest{Rank: rank, World: st.Strategy.World, Stage: stage}
 	plan := e.Plan()
 	modelName, optimName := FileNames(stage, rank, plan.Precision.DType)
-	id := identity{Kind: kindModel, Rank: rank, World: st.Strategy.World, Stage: stage, DType: plan.Precision.DType, Steps: st.GlobalSteps,
+	id := identity{Kind: kindModel, Rank: rank, World: st.Strategy.World, Stage: stage, DType: plan.Precision.DType.String(), Steps: st.GlobalSteps,
 		Numel: int64(o.Layout.Numel), RoundRobin: plan.Zero.RoundRobinGradients && (stage == 1 || stage == 2)}
 	if o.Acct != nil {
 		n := ptfile.ScratchBytes(o.Write)
@@ -450,7 +451,7 @@ func readRank(dir, tag string, e *zero.Engine, o Options) (st zero.State, end fu
 // expectOf reads what the files of the checkpoint at path must say (see
 // identity) from rank 0's model-states file, for the model l whose flat
 // buffer the files hold in round-robin order when rr.
-func expectOf(path string, man manifest, dtype string, l *model.Layout, rr bool) (expect, error) {
+func expectOf(path string, man manifest, dtype device.DType, l *model.Layout, rr bool) (expect, error) {
 	ref, _ := FileNames(man.Stage, 0, dtype)
 	f, err := openFile(filepath.Join(path, ref))
 	if err != nil {
@@ -472,7 +473,7 @@ func expectOf(path string, man manifest, dtype string, l *model.Layout, rr bool)
 // world ranks, checking each file it reads against x. to is where the
 // fp32 groups' values go (see readOptim). A file whose sha256 is not the manifest's fails it with
 // that error, whatever else went wrong reading it.
-func readSaved(path string, x expect, stage, rank, world int, dtype string, l *model.Layout, to target) (st zero.State, err error) {
+func readSaved(path string, x expect, stage, rank, world int, dtype device.DType, l *model.Layout, to target) (st zero.State, err error) {
 	manRank := rank
 	if stage == 0 {
 		manRank = 0 // stage 0 partitions nothing: every rank reads rank 0's file
@@ -611,7 +612,7 @@ func checkShapes(ms any, l *model.Layout, stage int, file string) error {
 	return nil
 }
 
-func readStage0(ms any, st *zero.State, l *model.Layout, dtype string) error {
+func readStage0(ms any, st *zero.State, l *model.Layout, dtype device.DType) error {
 	g := zcore.GroupState{Optim: zcore.OptimState{State: map[string][]float32{}}}
 	if ok, err := readFP16Wrapper(ms, &g, l); ok { // fp16: FP16_Optimizer's or FP16_UnfusedOptimizer's state_dict
 		if err != nil {
@@ -627,7 +628,7 @@ func readStage0(ms any, st *zero.State, l *model.Layout, dtype string) error {
 	}
 	trimTensors(&g.Optim)
 	var err error
-	if dtype == "fp32" {
+	if dtype == device.F32 {
 		g.Master = make([]float32, 0, l.Numel)
 		for _, sp := range l.Specs {
 			v, err := floats(ms, fmt.Sprintf("module[%q]", sp.Name))
@@ -647,7 +648,7 @@ func readStage0(ms any, st *zero.State, l *model.Layout, dtype string) error {
 // partitioned stage-0 checkpoint (partitionedStage0) from every saved
 // rank's file, man0 being rank 0's manifest: at stage 0 each rank holds
 // them whole.
-func readPartitionedStage0(path string, x expect, man0 manifest, l *model.Layout, dtype string, st *zero.State) error {
+func readPartitionedStage0(path string, x expect, man0 manifest, l *model.Layout, dtype device.DType, st *zero.State) error {
 	saved := make([]zero.State, man0.World)
 	for r := range saved {
 		man := man0

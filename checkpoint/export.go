@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"sort"
 
+	"github.com/dszero/dszero/device"
 	"github.com/dszero/dszero/half"
 	"github.com/dszero/dszero/model"
 	"github.com/dszero/dszero/ptfile"
@@ -68,9 +69,9 @@ func Export(dir, out string, o ExportOptions) (ExportStats, error) {
 	}
 	st.Tag = tag
 	// The files' names say the precision (bf16_ optimizer files).
-	dtype := "fp32"
-	if _, optim := FileNames(1, 0, "bf16"); fileExists(filepath.Join(path, optim)) {
-		dtype = "bf16"
+	dtype := device.F32
+	if _, optim := FileNames(1, 0, device.BF16); fileExists(filepath.Join(path, optim)) {
+		dtype = device.BF16
 	}
 	man, err := readManifest(path, 0)
 	if errors.Is(err, fs.ErrNotExist) {
@@ -245,7 +246,7 @@ func fileExists(p string) bool {
 
 // locate finds each parameter's name, shape and pieces in the checkpoint
 // at path, checking the files it opens against the checkpoint's identity.
-func locate(path string, man manifest, dtype string, open func(string, int) (*ptfile.File, error)) (names []string, shapes [][]int, where [][]piece, err error) {
+func locate(path string, man manifest, dtype device.DType, open func(string, int) (*ptfile.File, error)) (names []string, shapes [][]int, where [][]piece, err error) {
 	model0, _ := FileNames(man.Stage, 0, dtype)
 	ms, err := open(model0, 0)
 	if err != nil {

@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"regexp"
 
+	"github.com/dszero/dszero/device"
 	"github.com/dszero/dszero/ptfile"
 	"github.com/dszero/dszero/zero"
 	"github.com/dszero/dszero/zero/lossscale"
@@ -21,7 +22,7 @@ var optimFile = regexp.MustCompile(`^(bf16_)?zero_pp_rank_(\d+)_mp_rank_00_optim
 // zeroStages are ZeroStageEnum's members.
 var zeroStages = map[string]int{"disabled": 0, "optimizer_states": 1, "gradients": 2, "weights": 3}
 
-func foreignManifest(path, dtype string) (manifest, error) {
+func foreignManifest(path string, dtype device.DType) (manifest, error) {
 	ents, err := os.ReadDir(path)
 	if err != nil {
 		return manifest{}, fmt.Errorf("checkpoint: %w", err)
@@ -51,7 +52,7 @@ func foreignManifest(path, dtype string) (manifest, error) {
 	v := f.Root
 	zs, err := ptfile.Lookup(v, "optimizer_state_dict.zero_stage")
 	if err != nil {
-		if _, cerr := ptfile.Lookup(v, "optimizer_state_dict.clip_grad"); cerr == nil && dtype == "bf16" {
+		if _, cerr := ptfile.Lookup(v, "optimizer_state_dict.clip_grad"); cerr == nil && dtype == device.BF16 {
 			// BF16_Optimizer at stage 0 records no zero_stage.
 			m.Stage = 0
 			return m, nil

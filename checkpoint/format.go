@@ -5,6 +5,7 @@ import (
 	"math"
 	"strings"
 
+	"github.com/dszero/dszero/device"
 	"github.com/dszero/dszero/dsconfig"
 	"github.com/dszero/dszero/internal/zcore"
 	"github.com/dszero/dszero/model"
@@ -181,13 +182,13 @@ func pyValue(v any) any {
 // module is the state dict of the working parameters: views of one flat
 // storage in the training dtype (stages 0–2), or empty placeholders
 // (stage 3).
-func module(l *model.Layout, work []float32, dtype string, stage int) *ptfile.Dict {
+func module(l *model.Layout, work []float32, dtype device.DType, stage int) *ptfile.Dict {
 	d := ptfile.NewOrderedDict()
 	dt := ptfile.Float32
 	switch dtype {
-	case "bf16":
+	case device.BF16:
 		dt = ptfile.BFloat16
-	case "fp16":
+	case device.F16:
 		dt = ptfile.Float16
 	}
 	if stage == 3 {
@@ -462,10 +463,10 @@ func defaultDSConfig(e *zero.Engine) *ptfile.Dict {
 		"gradient_clipping", p.GradientClipping,
 		"optimizer", ptfile.DictOf("type", p.Optimizer.Type, "params", ptfile.DictOf("lr", p.Optimizer.LR)),
 		"zero_optimization", ptfile.DictOf("stage", int64(p.Zero.Stage)))
-	if p.Precision.DType == "bf16" {
+	if p.Precision.DType == device.BF16 {
 		d.Set("bf16", ptfile.DictOf("enabled", true))
 	}
-	if p.Precision.DType == "fp16" {
+	if p.Precision.DType == device.F16 {
 		d.Set("fp16", ptfile.DictOf("enabled", true))
 	}
 	return d

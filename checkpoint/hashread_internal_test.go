@@ -10,6 +10,7 @@ import (
 
 	"github.com/dszero/dszero/comm"
 	"github.com/dszero/dszero/comm/inproc"
+	"github.com/dszero/dszero/device"
 	"github.com/dszero/dszero/dsconfig"
 	"github.com/dszero/dszero/mem"
 	"github.com/dszero/dszero/model"
@@ -69,7 +70,7 @@ func TestLoadReadsOnce(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			_, name := FileNames(tc.stage, 1, "fp32")
+			_, name := FileNames(tc.stage, 1, device.F32)
 			var want manifestEntry
 			for _, e := range man.Files {
 				if e.Name == name {

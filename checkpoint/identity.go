@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/dszero/dszero/device"
 	"github.com/dszero/dszero/ptfile"
 	"github.com/dszero/dszero/zero/partition"
 )
@@ -122,7 +123,7 @@ type expect struct {
 	refName string // the reference file, rank 0's model states
 	ref     identity
 	dszero  bool // the files carry identities (dszero wrote them)
-	dtype   string
+	dtype   device.DType
 	// flat is the model's parameters in flattening order: the order of
 	// the stage 1 and 2 flat buffer, the model's at stage 3.
 	flat []partition.Param
@@ -131,7 +132,7 @@ type expect struct {
 // newExpect reads the reference from rank 0's model-states file v
 // (refName) in a checkpoint whose manifest (or, without one, whose files)
 // say man.
-func newExpect(path string, man manifest, dtype, refName string, v any, flat []partition.Param) (expect, error) {
+func newExpect(path string, man manifest, dtype device.DType, refName string, v any, flat []partition.Param) (expect, error) {
 	x := expect{path: path, refName: refName, dtype: dtype, flat: flat}
 	fail := func(err error) (expect, error) {
 		return x, fmt.Errorf("checkpoint: %s: %w", filepath.Join(path, refName), err)
@@ -153,7 +154,7 @@ func newExpect(path string, man manifest, dtype, refName string, v any, flat []p
 		if err != nil {
 			return fail(err)
 		}
-		id = identity{Kind: kindModel, World: man.World, Stage: man.Stage, DType: dtype, Steps: steps, Numel: numel}
+		id = identity{Kind: kindModel, World: man.World, Stage: man.Stage, DType: dtype.String(), Steps: steps, Numel: numel}
 	} else if man.foreign {
 		return fail(fmt.Errorf("dszero wrote it, but the checkpoint has no dszero manifest: the save did not complete, or the directory was altered"))
 	}

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/dszero/dszero/device"
 	"github.com/dszero/dszero/dsconfig"
 	"github.com/dszero/dszero/model"
 	"github.com/dszero/dszero/zero"
@@ -42,8 +43,8 @@ type Tolerances struct {
 // the losses' tolerance in fp32 and 5e-3 relative in 16 bits (the norm of
 // 16-bit gradients moves more than the loss); learning rates are held to
 // 1e-12.
-func Defaults(dtype string) Tolerances {
-	if dtype == "bf16" || dtype == "fp16" {
+func Defaults(dtype device.DType) Tolerances {
+	if dtype == device.BF16 || dtype == device.F16 {
 		return Tolerances{LossRel: 1e-3, GradNormRel: 5e-3, LRRel: 1e-12, WeightsAbs: 5e-3}
 	}
 	return Tolerances{LossRel: 1e-5, GradNormRel: 1e-5, LRRel: 1e-12, WeightsAbs: 1e-5}
@@ -195,7 +196,7 @@ func Run(c Case) (rep Report) {
 	if err != nil {
 		return fail(unsupported("ds_config: %v", err))
 	}
-	rep.Stage, rep.DType, rep.Steps = plan.Zero.Stage, plan.Precision.DType, len(c.Result.Steps)
+	rep.Stage, rep.DType, rep.Steps = plan.Zero.Stage, plan.Precision.DType.String(), len(c.Result.Steps)
 	if _, err := zero.CheckPlan(plan); err != nil {
 		return fail(unsupported("%v", err))
 	}
@@ -212,7 +213,7 @@ func Run(c Case) (rep Report) {
 	if err != nil {
 		return fail(err)
 	}
-	tol := c.Meta.Tolerances.or(Defaults(rep.DType))
+	tol := c.Meta.Tolerances.or(Defaults(plan.Precision.DType))
 	rec, recStep, err := c.record()
 	if err != nil {
 		return fail(err)

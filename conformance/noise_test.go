@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/dszero/dszero/device"
 	"github.com/dszero/dszero/dsconfig"
 	"github.com/dszero/dszero/model"
 	"github.com/google/go-cmp/cmp"
@@ -25,7 +26,7 @@ func TestSplitWeights(t *testing.T) {
 	init := []float32{1, 1, 1, 0, 0, 1, 1}
 	want := []float32{1.1, 1.2, 1.3, 4e-5, -3e-5, 1.1, 1.004} // the reference moved kbias by up to 4e-5, fc[1] by 4e-3
 	mask := []bool{false, false, false, true, true, false, true}
-	tol := Defaults("fp32")
+	tol := Defaults(device.F32)
 	fcBand := 2*4e-3 + tol.WeightsAbs
 	for _, tc := range []struct {
 		name               string
@@ -112,7 +113,7 @@ func TestNoiseDriven(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	nc := noiseCheckOf(plan, c.Result.Steps, Defaults("fp32"))
+	nc := noiseCheckOf(plan, c.Result.Steps, Defaults(device.F32))
 	if nc.AdamEps != 1e-8 || nc.LRSum <= 0 {
 		t.Fatalf("noise check %+v: want AdamW's eps 1e-8 and the reference's lr", nc)
 	}

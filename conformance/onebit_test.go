@@ -4,6 +4,8 @@ import (
 	"math"
 	"strings"
 	"testing"
+
+	"github.com/dszero/dszero/device"
 )
 
 const onebitCases = "testdata/deepspeed-0.14.5-cpu-onebit"
@@ -49,7 +51,7 @@ func TestOneBitResumeCases(t *testing.T) {
 				u := c.Result.Steps[resumeStep+s].Loss
 				d = math.Max(d, math.Abs(w.Loss-u)/math.Abs(u))
 			}
-			if tol := Defaults("fp32").LossRel; d <= 10*tol {
+			if tol := Defaults(device.F32).LossRel; d <= 10*tol {
 				t.Errorf("DeepSpeed's resumed run is within %.1e of its uninterrupted run: the case cannot tell them apart (band %.0e)", d, tol)
 			}
 		})

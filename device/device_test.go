@@ -1,9 +1,11 @@
 package device
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"strings"
 	"testing"
 
@@ -47,6 +49,78 @@ func TestDType(t *testing.T) {
 		t.Errorf("DType(9) is valid or misnamed")
 	}
 	mustPanic(t, "Size of invalid dtype", "invalid DType", func() { DType(-1).Size() })
+}
+
+// TestParseDType: ParseDType reads back every String, and refuses
+// anything else (other spellings, case, the empty name) with an error
+// naming the input and the valid names.
+func TestParseDType(t *testing.T) {
+	for _, d := range []DType{F32, F16, BF16} {
+		got, err := ParseDType(d.String())
+		if err != nil || got != d {
+			t.Errorf("ParseDType(%q) = %v, %v; want %v", d.String(), got, err, d)
+		}
+	}
+	for _, s := range []string{"", "FP16", "float16", "bfloat16", "fp8", "fp32 ", "DType(9)"} {
+		if d, err := ParseDType(s); err == nil || !strings.Contains(err.Error(), fmt.Sprintf("%q", s)) || !strings.Contains(err.Error(), "fp32, fp16 or bf16") {
+			t.Errorf("ParseDType(%q) = %v, %v; want an error naming it and the valid names", s, d, err)
+		}
+	}
+}
+
+// TestDTypeRounding: F32 does not round; F16 and BF16 round to nearest
+// even at 10 and 7 fraction bits. 1 + 2^-8 + 2^-10 is an fp16 value; bf16
+// rounds it up to 1 + 2^-7. 1 + 2^-11 + 2^-13 is fp16's halfway case
+// plus a bit, rounded up to 1 + 2^-10.
+func TestDTypeRounding(t *testing.T) {
+	if F32.Rounding() != nil {
+		t.Errorf("F32 rounds")
+	}
+	in := []float32{1 + 1.0/256 + 1.0/1024, 1 + 1.0/2048 + 1.0/8192}
+	for _, c := range []struct {
+		d    DType
+		want []float32
+	}{
+		{F16, []float32{1 + 1.0/256 + 1.0/1024, 1 + 1.0/1024}},
+		{BF16, []float32{1 + 1.0/128, 1}},
+	} {
+		x := slices.Clone(in)
+		c.d.Rounding()(x)
+		if !slices.Equal(x, c.want) {
+			t.Errorf("%v rounds %v to %v, want %v", c.d, in, x, c.want)
+		}
+	}
+	mustPanic(t, "Rounding of invalid dtype", "invalid DType", func() { DType(5).Rounding() })
+}
+
+// TestDTypeJSON: a DType in JSON is its DeepSpeed name, both ways; an
+// invalid one neither marshals nor unmarshals.
+func TestDTypeJSON(t *testing.T) {
+	type plan struct {
+		DType DType `json:"dtype"`
+	}
+	for _, c := range []struct {
+		d    DType
+		json string
+	}{{F32, `{"dtype":"fp32"}`}, {F16, `{"dtype":"fp16"}`}, {BF16, `{"dtype":"bf16"}`}} {
+		b, err := json.Marshal(plan{c.d})
+		if err != nil || string(b) != c.json {
+			t.Errorf("Marshal(%v) = %s, %v; want %s", c.d, b, err, c.json)
+		}
+		var back plan
+		if err := json.Unmarshal([]byte(c.json), &back); err != nil || back.DType != c.d {
+			t.Errorf("Unmarshal(%s) = %v, %v; want %v", c.json, back.DType, err, c.d)
+		}
+	}
+	if b, err := json.Marshal(plan{DType(7)}); err == nil {
+		t.Errorf("Marshal(DType(7)) = %s, want an error", b)
+	}
+	var p plan
+	for _, in := range []string{`{"dtype":"half"}`, `{"dtype":1}`} {
+		if err := json.Unmarshal([]byte(in), &p); err == nil {
+			t.Errorf("Unmarshal(%s) = %v, want an error", in, p.DType)
+		}
+	}
 }
 
 // TestAllocAccounts checks that every Alloc and Free shows in the

@@ -4,7 +4,10 @@
 // Vocabulary:
 //
 //   - DType: the element type of a buffer — F32 (float32), F16 (IEEE fp16)
-//     or BF16 (bfloat16). Size is its width in bytes: 4, 2, 2.
+//     or BF16 (bfloat16). Size is its width in bytes: 4, 2, 2. String is
+//     DeepSpeed's name ("fp32", "fp16", "bf16"), ParseDType reads it back
+//     (an error for any other), and JSON holds the name. It is also the
+//     dtype a run trains in (dsconfig.Precision.DType).
 //   - Buffer: one allocation of n elements of a DType, made by a Device and
 //     accounted in that device's mem.Accountant under a mem.Category (what it
 //     holds) and a mem.Tier (where it lives). An F32 buffer is seen as a

@@ -1,6 +1,10 @@
 package dsconfig
 
-import "fmt"
+import (
+	"fmt"
+
+	"github.com/dszero/dszero/device"
+)
 
 // crossChecks applies the checks of DeepSpeedEngine.__init__ that depend
 // on the config alone and span several blocks.
@@ -69,7 +73,7 @@ func (c *compiler) crossChecks() {
 		case z.Stage != 3:
 			c.s.warnf(c.at(path), path, "use stage 3 or remove it",
 				"%s (ZeRO++) only applies to ZeRO stage 3; ignored at stage %d", q.key, z.Stage)
-		case p.Precision.DType != "fp16":
+		case p.Precision.DType != device.F16:
 			// DeepSpeed runs it, on the wrong bits: never silently.
 			c.s.unsupportedf(c.at(path), path, "enable fp16, or set "+q.key+" false",
 				"ZeRO++ %s with %s: DeepSpeed 0.14.5's quantizer kernels read the tensors as fp16 whatever their dtype (pt_binding.cpp casts them to __half*; DeepSpeed issue #7775), so its quantization is fp16's only", q.tag, p.Precision.DType)
@@ -106,8 +110,8 @@ func (c *compiler) noOptimizerFix() string {
 	if b := p.Batch; b.TrainMicroBatchSizePerGPU > 0 {
 		flags += fmt.Sprintf(" --per_device_train_batch_size %d --gradient_accumulation_steps %d", b.TrainMicroBatchSizePerGPU, b.GradientAccumulationSteps)
 	}
-	if d := p.Precision.DType; d == "fp16" || d == "bf16" {
-		flags += " --" + d
+	if d := p.Precision.DType; d == device.F16 || d == device.BF16 {
+		flags += " --" + d.String()
 	}
 	return fix + ", or run it as HF's Trainer would (its AdamW, linear decay): add " + flags
 }

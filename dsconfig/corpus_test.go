@@ -107,7 +107,7 @@ func TestCorpusAgreesWithDeepSpeed(t *testing.T) {
 			if s, _ := strconv.Atoi(m[1]); s != plan.Zero.Stage {
 				t.Errorf("stage %d, DeepSpeed %d", plan.Zero.Stage, s)
 			}
-			if m := rePrec.FindStringSubmatch(v.notes); m == nil || m[1] != plan.Precision.DType {
+			if m := rePrec.FindStringSubmatch(v.notes); m == nil || m[1] != plan.Precision.DType.String() {
 				t.Errorf("precision %s, DeepSpeed notes %q", plan.Precision.DType, v.notes)
 			}
 			if m := reOffOpt.FindStringSubmatch(v.notes); m != nil && m[1] != string(plan.Zero.OffloadOptimizer.Device) {

@@ -1,6 +1,10 @@
 package dsconfig
 
-import "fmt"
+import (
+	"fmt"
+
+	"github.com/dszero/dszero/device"
+)
 
 // OneBit is the params of DeepSpeed's 1-bit optimizers
 // (runtime/fp16/onebit/{adam,zoadam,lamb}.py) that dszero reads; the
@@ -71,7 +75,7 @@ func (c *compiler) readOneBit(tf *field, pb *block, name string) {
 			c.s.errorf(c.at("fp16.loss_scale"), "fp16.loss_scale", "set fp16.loss_scale to 0 (dynamic)",
 				"DeepSpeed's onebitlamb optimizer requires dynamic loss scaling")
 		}
-		if c.plan.Precision.DType == "fp16" {
+		if c.plan.Precision.DType == device.F16 {
 			c.s.unsupportedf(c.at("fp16"), "fp16", "train 1-bit Lamb in fp32 with dszero",
 				"1-bit Lamb under fp16 (DeepSpeed wraps it in FP16_UnfusedOptimizer, per-parameter fp32 copies) is not run by dszero")
 		}
@@ -83,7 +87,7 @@ func (c *compiler) readOneBit(tf *field, pb *block, name string) {
 		af.errorf("remove amsgrad", "%s does not support the AMSGrad variant (DeepSpeed raises RuntimeError)", labels[name])
 	}
 	c.checkKwargs(pb, o.Impl, oneBitKwargs[name], "max_grad_norm")
-	if c.plan.Precision.DType == "bf16" {
+	if c.plan.Precision.DType == device.BF16 {
 		// BF16_Optimizer partitions its fp32 master across the ranks and
 		// steps each rank's partition: the momentum each rank would
 		// compress is of a different slice.

@@ -1,5 +1,7 @@
 package dsconfig
 
+import "github.com/dszero/dszero/device"
+
 // Plan is the resolved, validated form of a ds_config: every knob the engine
 // reads, with DeepSpeed 0.19.5's defaults applied. It is a value: the engine
 // receives a copy and nothing in it aliases the raw JSON. Slices in it are
@@ -178,7 +180,7 @@ type OffloadOptimizer struct {
 
 // Precision is the fp16 / bf16 / amp configuration.
 type Precision struct {
-	DType string // "fp32", "fp16" or "bf16": the dtype of parameters and activations
+	DType device.DType // F32, F16 or BF16: the dtype of parameters and activations
 
 	// fp16
 	FP16AutoCast              bool
@@ -206,7 +208,7 @@ type Precision struct {
 }
 
 // DynamicLossScale reports whether fp16 uses a dynamic loss scale.
-func (p Precision) DynamicLossScale() bool { return p.DType == "fp16" && p.LossScale == 0 }
+func (p Precision) DynamicLossScale() bool { return p.DType == device.F16 && p.LossScale == 0 }
 
 // Optimizer is the optimizer block with typed params.
 type Optimizer struct {

@@ -3,6 +3,7 @@ package dsconfig
 import (
 	"strconv"
 
+	"github.com/dszero/dszero/device"
 	"github.com/dszero/dszero/dsconfig/lenient"
 )
 
@@ -79,15 +80,15 @@ func (c *compiler) readPrecision(top *block) {
 	switch {
 	case fp16 && bf16:
 		c.s.errorf(c.at("fp16.enabled"), "fp16.enabled", "enable only one of fp16 and bf16", "bfloat16 and fp16 modes cannot be simultaneously enabled")
-		p.DType = "fp16"
+		p.DType = device.F16
 	case bf16:
-		p.DType = "bf16"
+		p.DType = device.BF16
 	case fp16:
-		p.DType = "fp16"
+		p.DType = device.F16
 	default:
-		p.DType = "fp32"
+		p.DType = device.F32
 	}
-	c.rec.set(Setting{Path: "precision", Value: p.DType, Source: FromDerived})
+	c.rec.set(Setting{Path: "precision", Value: p.DType.String(), Source: FromDerived})
 
 	// Apex AMP: DeepSpeed imports apex.amp, which current NVIDIA Apex no
 	// longer ships; dszero has no AMP. Both make the config unusable.

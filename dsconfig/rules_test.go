@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/dszero/dszero/device"
 	"github.com/google/go-cmp/cmp"
 )
 
@@ -108,13 +109,13 @@ func TestRules(t *testing.T) {
 			diags: []wantDiag{{Error, "zero_optimization", []string{"TypeError"}}}},
 		{name: "legacy bfloat16 block", src: `{` + batchOK + ` "bfloat16": {"enabled": true}}`,
 			check: func(t *testing.T, p Plan) {
-				if p.Precision.DType != "bf16" {
+				if p.Precision.DType != device.BF16 {
 					t.Errorf("dtype %s", p.Precision.DType)
 				}
 			}},
 		{name: "bf16 wins over bfloat16", src: `{` + batchOK + ` "bf16": {"enabled": false}, "bfloat16": {"enabled": true}}`,
 			check: func(t *testing.T, p Plan) {
-				if p.Precision.DType != "fp32" {
+				if p.Precision.DType != device.F32 {
 					t.Errorf("dtype %s", p.Precision.DType)
 				}
 			}},
@@ -129,7 +130,7 @@ func TestRules(t *testing.T) {
 		{name: "beyond int64", src: `{` + batchOK + ` "zero_optimization": {"sub_group_size": 1e19}}`, reject: true},
 		{name: "lax bools in pydantic blocks", src: `{` + batchOK + ` "fp16": {"enabled": "true"}, "zero_optimization": {"overlap_comm": 1}}`,
 			check: func(t *testing.T, p Plan) {
-				if p.Precision.DType != "fp16" || !p.Zero.OverlapComm {
+				if p.Precision.DType != device.F16 || !p.Zero.OverlapComm {
 					t.Errorf("%s %v", p.Precision.DType, p.Zero.OverlapComm)
 				}
 			}},
@@ -283,7 +284,7 @@ func TestRules(t *testing.T) {
 		{name: "auto in a strict block falls back (DeepSpeed mode)", src: `{` + batchOK + ` "fp16": {"enabled": "auto"}}`,
 			diags: []wantDiag{{Warning, "fp16.enabled", []string{"--fp16"}}},
 			check: func(t *testing.T, p Plan) {
-				if p.Precision.DType != "fp32" {
+				if p.Precision.DType != device.F32 {
 					t.Errorf("dtype %s", p.Precision.DType)
 				}
 			}},
@@ -385,7 +386,7 @@ func TestHFModeFillsAuto(t *testing.T) {
 	if p.Batch != (Batch{32, 4, 2}) {
 		t.Errorf("batch %+v", p.Batch)
 	}
-	if p.Precision.DType != "bf16" || p.GradientClipping != 1.0 {
+	if p.Precision.DType != device.BF16 || p.GradientClipping != 1.0 {
 		t.Errorf("dtype %s clip %g", p.Precision.DType, p.GradientClipping)
 	}
 	if o := p.Optimizer; o.LR != 3e-4 || o.Betas != [2]float64{0.9, 0.999} || o.Eps != 1e-8 || o.WeightDecay != 0.1 {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strconv"
 
+	"github.com/dszero/dszero/device"
 	"github.com/dszero/dszero/dsconfig"
 	"github.com/dszero/dszero/mem"
 	"github.com/dszero/dszero/model"
@@ -140,7 +141,7 @@ func dszero(in Input, params []partition.Param, total int64) (*Estimate, error) 
 		return nil, fmt.Errorf("estimate: plan %s: zero_optimization.stage %d: want 0, 1, 2 or 3", p.File, z.Stage)
 	}
 	nStates, optName, assumed := OptimizerStates(p.Optimizer)
-	e := &Estimate{Config: p.File, Ranks: n, Stage: z.Stage, Precision: p.Precision.DType,
+	e := &Estimate{Config: p.File, Ranks: n, Stage: z.Stage, Precision: p.Precision.DType.String(),
 		Optimizer: optName, OptimizerStates: nStates, OptimizerAssumed: assumed,
 		OffloadOptimizer: z.OffloadOptimizer.Device, OffloadParam: z.OffloadParam.Device,
 		MicroBatch: int(p.Batch.TrainMicroBatchSizePerGPU), SeqLen: in.SeqLen, Checkpoints: in.Checkpoint}
@@ -148,7 +149,7 @@ func dszero(in Input, params []partition.Param, total int64) (*Estimate, error) 
 	if in.Layout != nil {
 		persist, _, _ = Persistent(params, z.ParamPersistenceThreshold, z.ModelPersistenceThreshold)
 	}
-	st := states{params: params, world: n, bytes: 4, half: p.Precision.DType != "fp32", nStates: nStates,
+	st := states{params: params, world: n, bytes: 4, half: p.Precision.DType != device.F32, nStates: nStates,
 		optDev: z.OffloadOptimizer.Device, parDev: z.OffloadParam.Device, persist: persist,
 		subGroupSize: int(z.SubGroupSize), ratio: z.OffloadOptimizer.Ratio, order: in.OffloadOrder}
 	bi := bufferInputs{layout: in.Layout, params: params, total: total, world: n, zero: z, persist: persist, bytes: 4,

@@ -32,7 +32,7 @@ func TestToDSConfigCompiles(t *testing.T) {
 		if wantDType == "" {
 			wantDType = "fp32"
 		}
-		if dp.Precision.DType != wantDType {
+		if dp.Precision.DType.String() != wantDType {
 			t.Errorf("%s: ds_config precision %s, want %s", c.file, dp.Precision.DType, wantDType)
 		}
 		offloaded := z.OffloadParam.Device != dsconfig.OffloadNone && z.OffloadOptimizer.Device != dsconfig.OffloadNone

@@ -2,6 +2,7 @@ package model
 
 import (
 	"github.com/dszero/dszero/comm"
+	"github.com/dszero/dszero/device"
 	"github.com/dszero/dszero/mem"
 )
 
@@ -103,9 +104,10 @@ type BuildOptions struct {
 	// checkpointing); CPUCheckpoint keeps the saved inputs in the
 	// pinned-host tier.
 	Checkpoint, CPUCheckpoint bool
-	// Round, when set, rounds every op's output to the training dtype
-	// (bf16 or fp16 emulated on float32 buffers).
-	Round func([]float32)
+	// DType is the training dtype the model computes in: F32 (the zero
+	// value), or F16 / BF16 emulated on float32 buffers, every op's
+	// output rounded to it (DType.Rounding).
+	DType device.DType
 	// Workers bounds the model's goroutines; 0 means GOMAXPROCS.
 	Workers int
 	// SeqParallel, when set, is the rank's sequence-parallel group
@@ -114,7 +116,7 @@ type BuildOptions struct {
 	// FastMath selects the model's fast float32 kernels where it has
 	// them (gpt's Options.Fast): faster, within 1e-5 of the exact losses,
 	// not bit for bit. The zero value is exact, what conformance runs;
-	// Round keeps the exact kernels either way.
+	// a 16-bit DType keeps the exact kernels either way.
 	FastMath bool
 }
 

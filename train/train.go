@@ -36,6 +36,7 @@ import (
 	"github.com/dszero/dszero/checkpoint"
 	"github.com/dszero/dszero/comm"
 	"github.com/dszero/dszero/comm/inproc"
+	"github.com/dszero/dszero/device"
 	"github.com/dszero/dszero/dsconfig"
 	"github.com/dszero/dszero/internal/zcore"
 	"github.com/dszero/dszero/mem"
@@ -440,7 +441,7 @@ func (r *rank) setup() error {
 		return err
 	}
 	m, err := cfg.Model.Build(model.BuildOptions{Gemm: r.dev.Gemm, Acct: r.dev.Acct, Hooks: hooks, Checkpoint: cfg.Checkpoint,
-		CPUCheckpoint: cfg.CPUCheckpoint, Round: eng.Round(), Workers: cfg.Workers, SeqParallel: r.sp.group, FastMath: cfg.FastMath})
+		CPUCheckpoint: cfg.CPUCheckpoint, DType: eng.DType(), Workers: cfg.Workers, SeqParallel: r.sp.group, FastMath: cfg.FastMath})
 	if err != nil {
 		return err
 	}
@@ -585,7 +586,7 @@ func (r *rank) microStep(s, micro int, bd *Breakdown) error {
 	if err != nil {
 		return fmt.Errorf("step %d, micro-step %d: %w", s+1, micro, err)
 	}
-	if math.IsNaN(float64(loss)) && r.cfg.Plan.Precision.DType != "fp16" {
+	if math.IsNaN(float64(loss)) && r.cfg.Plan.Precision.DType != device.F16 {
 		return fmt.Errorf("step %d, micro-step %d: the loss is NaN: %w", s+1, micro, zcore.ErrDiverged)
 	}
 	r.st.mine[micro] = loss

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/dszero/dszero/comm"
+	"github.com/dszero/dszero/device"
 	"github.com/dszero/dszero/internal/fdiff"
 	"github.com/dszero/dszero/internal/ztest"
 	"github.com/dszero/dszero/model"
@@ -53,7 +54,7 @@ func TestDeepSpeedParityMLPBF16Enabled(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if plan.Precision.DType != "bf16" {
+			if plan.Precision.DType != device.BF16 {
 				t.Fatalf("the plan trains in %s", plan.Precision.DType)
 			}
 			got, err := ztest.RunMLP(plan, 10, lrsched.DeepSpeed0145, d, nil)

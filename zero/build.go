@@ -3,6 +3,7 @@ package zero
 import (
 	"fmt"
 
+	"github.com/dszero/dszero/device"
 	"github.com/dszero/dszero/dsconfig"
 	"github.com/dszero/dszero/zero/lossscale"
 	"github.com/dszero/dszero/zero/lrsched"
@@ -58,7 +59,7 @@ func newOptimizer(plan dsconfig.Plan, n int, a optim.Alloc, pool *optim.Pool) (o
 // before 0.17.1 with the legacy growth rule (lossscale.Legacy).
 func NewLossScaler(plan dsconfig.Plan, v Version) (lossscale.Scaler, error) {
 	p := plan.Precision
-	if p.DType != "fp16" {
+	if p.DType != device.F16 {
 		return lossscale.NewStatic(1), nil
 	}
 	if !p.DynamicLossScale() {

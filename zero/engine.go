@@ -6,8 +6,8 @@ import (
 	"fmt"
 
 	"github.com/dszero/dszero/comm"
+	"github.com/dszero/dszero/device"
 	"github.com/dszero/dszero/dsconfig"
-	"github.com/dszero/dszero/half"
 	"github.com/dszero/dszero/internal/zcore"
 	"github.com/dszero/dszero/mem"
 	"github.com/dszero/dszero/model"
@@ -325,14 +325,6 @@ func stage3Config(plan dsconfig.Plan, o Options) stage3.Config {
 	return c
 }
 
-// dtypeName is a precision's dtype for messages ("fp32" for none).
-func dtypeName(d string) string {
-	if d == "" {
-		return "fp32"
-	}
-	return d
-}
-
 // qgzGroups forms ZeRO++ qgZ's groups (DeepSpeed's
 // _get_local_all_to_all_group, two collectives): the rank's node of
 // LocalSize ranks and its peers across the nodes; nil with one node,
@@ -432,16 +424,12 @@ func CheckPlan(plan dsconfig.Plan) (warns []string, err error) {
 	return warns, nil
 }
 
-// Round is the working precision's rounding (nil for fp32), for the model.
-func (e *Engine) Round() func([]float32) {
-	switch e.plan.Precision.DType {
-	case "bf16":
-		return half.RoundBF16
-	case "fp16":
-		return half.RoundF16
-	}
-	return nil
-}
+// Round is the working precision's rounding (nil for fp32), for the
+// stage's working parameters.
+func (e *Engine) Round() func([]float32) { return e.plan.Precision.DType.Rounding() }
+
+// DType is the training dtype, for the model (model.BuildOptions.DType).
+func (e *Engine) DType() device.DType { return e.plan.Precision.DType }
 
 // Strategy is the rank's strategy (the model's unit hooks).
 func (e *Engine) Strategy() Strategy { return e.strategy }
@@ -484,10 +472,10 @@ func (e *Engine) Step() (StepStats, error) {
 	e.globalSteps++
 	st := StepStats{Step: e.globalSteps, LR: e.LR(), LossScale: e.scaler.Scale()}
 	in := StepInput{LR: st.LR, LossScale: st.LossScale,
-		CheckOverflow: e.plan.Precision.DType == "fp16" || e.plan.Precision.DType == "bf16" && e.plan.Precision.BF16CheckGradOverflow}
+		CheckOverflow: e.plan.Precision.DType == device.F16 || e.plan.Precision.DType == device.BF16 && e.plan.Precision.BF16CheckGradOverflow}
 	// The 1-bit optimizers keep their own fp16 path (onebit.go), which no
 	// reference case here has checked against this ordering.
-	fp16 := e.plan.Precision.DType == "fp16" && !isOneBit(e.plan)
+	fp16 := e.plan.Precision.DType == device.F16 && !isOneBit(e.plan)
 	if fp16 {
 		in.LossScale = lossscale.CleanScale(e.scaler) // fp16wrap.go
 	}
@@ -506,7 +494,7 @@ func (e *Engine) Step() (StepStats, error) {
 		st.GradNorm = e.reportedNorm(res.GradNorm, st.LossScale, in.LossScale)
 	}
 	e.overflow = res.Overflow
-	if e.plan.Precision.DType == "fp16" {
+	if e.plan.Precision.DType == device.F16 {
 		if err := e.scaler.Update(res.Overflow); err != nil {
 			return st, fmt.Errorf("step %d: %w", st.Step, err)
 		}

@@ -1,6 +1,9 @@
 package zero
 
-import "github.com/dszero/dszero/dsconfig"
+import (
+	"github.com/dszero/dszero/device"
+	"github.com/dszero/dszero/dsconfig"
+)
 
 // FP16Wrapper is the optimizer wrapper DeepSpeed 0.14.5's engine builds
 // for fp16 without ZeRO (engine.py _configure_fp16_optimizer): one of two
@@ -35,7 +38,7 @@ func (w FP16Wrapper) String() string {
 
 // FP16WrapperOf is the wrapper DeepSpeed builds for plan.
 func FP16WrapperOf(plan dsconfig.Plan) FP16Wrapper {
-	if plan.Precision.DType != "fp16" || plan.Zero.Stage != 0 {
+	if plan.Precision.DType != device.F16 || plan.Zero.Stage != 0 {
 		return NoFP16Wrapper
 	}
 	switch plan.Optimizer.Impl {

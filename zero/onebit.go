@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/dszero/dszero/comm"
+	"github.com/dszero/dszero/device"
 	"github.com/dszero/dszero/dsconfig"
 	"github.com/dszero/dszero/model"
 	"github.com/dszero/dszero/zero/optim"
@@ -28,7 +29,7 @@ func newOneBitOptimizer(plan dsconfig.Plan, ctx context.Context, c comm.Comm, la
 	for i, s := range layout.Specs {
 		segs[i] = optim.Segment{Param: i, Start: s.Offset, Len: s.Numel}
 	}
-	fp16 := plan.Precision.DType == "fp16"
+	fp16 := plan.Precision.DType == device.F16
 	if fp16 {
 		// FP16_Optimizer hands it one flat fp32 master: one tensor,
 		// compressed (and padded) as a whole.

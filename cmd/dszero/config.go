@@ -8,6 +8,7 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/dszero/dszero/device"
 	"github.com/dszero/dszero/dsconfig"
 	"github.com/dszero/dszero/mem"
 	"github.com/dszero/dszero/model"
@@ -203,7 +204,7 @@ type explained struct {
 }
 
 func explainJSON(p dsconfig.Plan) explained {
-	return explained{File: p.File, Mode: p.Mode, WorldSize: p.WorldSize, Stage: p.Zero.Stage, Precision: p.Precision.DType,
+	return explained{File: p.File, Mode: p.Mode, WorldSize: p.WorldSize, Stage: p.Zero.Stage, Precision: p.Precision.DType.String(),
 		Batch: p.Batch, Partitioned: partitioned(p), Plan: p, Settings: p.Settings(), Diagnostics: p.Diagnostics()}
 }
 
@@ -258,21 +259,21 @@ func explainText(w io.Writer, p dsconfig.Plan) {
 		b.TrainBatchSize, b.TrainMicroBatchSizePerGPU, b.GradientAccumulationSteps, p.DataParallelSize())
 	fmt.Fprintf(w, "\nPrecision\n")
 	switch p.Precision.DType {
-	case "fp16":
+	case device.F16:
 		if p.Precision.DynamicLossScale() {
 			fmt.Fprintf(w, "  fp16 with fp32 master weights; dynamic loss scale starting at 2^%d, ×2 after %d clean steps, hysteresis %d, minimum %d\n",
 				p.Precision.InitialScalePower, p.Precision.LossScaleWindow, p.Precision.Hysteresis, p.Precision.MinLossScale)
 		} else {
 			fmt.Fprintf(w, "  fp16 with fp32 master weights; static loss scale %g\n", p.Precision.LossScale)
 		}
-	case "bf16":
+	case device.BF16:
 		fmt.Fprintf(w, "  bf16 with fp32 master weights (no loss scaling)\n")
 	default:
 		fmt.Fprintf(w, "  fp32\n")
 	}
 	comm := p.CommunicationDataType
 	if comm == "" {
-		comm = p.Precision.DType + " (the model's dtype)"
+		comm = p.Precision.DType.String() + " (the model's dtype)"
 	}
 	fmt.Fprintf(w, "  gradient communication in %s; clipping at global norm %g\n", comm, p.GradientClipping)
 	fmt.Fprintf(w, "\nOptimizer\n")

@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 
+	"github.com/dszero/dszero/device"
 	"github.com/dszero/dszero/monitor"
 	"github.com/dszero/dszero/train"
 )
@@ -29,7 +30,7 @@ func (j *trainJob) openMonitors() (*stepMonitor, error) {
 	if !j.l.lead() {
 		o.Rank = 1
 	}
-	sm := &stepMonitor{trainBatchSize: p.Batch.TrainBatchSize, fp16: p.Precision.DType == "fp16", timers: p.WallClockBreakdown}
+	sm := &stepMonitor{trainBatchSize: p.Batch.TrainBatchSize, fp16: p.Precision.DType == device.F16, timers: p.WallClockBreakdown}
 	if !o.Enabled() {
 		return sm, nil
 	}

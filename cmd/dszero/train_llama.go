@@ -10,6 +10,7 @@ import (
 	"strings"
 
 	"github.com/dszero/dszero/data"
+	"github.com/dszero/dszero/device"
 	"github.com/dszero/dszero/model"
 	"github.com/dszero/dszero/model/llama"
 	"github.com/dszero/dszero/tokenizer"
@@ -47,7 +48,7 @@ type llamaJob struct {
 	dir      string         // the Hugging Face directory; "" for a preset
 	weights  *llama.Weights // dir's weights
 	maxShard string         // --max-shard-size
-	dtype    string         // the ds_config's precision, which --save-model writes
+	dtype    device.DType   // the ds_config's precision, which --save-model writes
 }
 
 var _ trainModel = (*llamaJob)(nil)
@@ -277,11 +278,11 @@ func (l *llamaJob) SaveModel(dir string, final []float32) (string, error) {
 
 // torchDTypeOf is the torch dtype a model trained in a ds_config's
 // precision is saved in, as save_pretrained writes the model's own dtype.
-func torchDTypeOf(ds string) string {
+func torchDTypeOf(ds device.DType) string {
 	switch ds {
-	case "bf16":
+	case device.BF16:
 		return "bfloat16"
-	case "fp16":
+	case device.F16:
 		return "float16"
 	}
 	return "float32"

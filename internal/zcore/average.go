@@ -219,22 +219,21 @@ type GradDTypes struct {
 }
 
 // DeepSpeedGradDTypes resolves the dtypes of a ZeRO stage from a plan's
-// names ("fp32", "fp16", "bf16"; "" for an unset model (fp32), accum or
-// comm dtype): the communication dtype defaults to the model's
-// (engine.communication_data_type); the accumulation dtype defaults to the
-// model's, except fp32 for bf16 without ZeRO (BF16_Optimizer's fp32
+// training dtype and its names of the accumulation and communication
+// dtypes ("fp32", "fp16", "bf16"; "" for unset): the communication dtype
+// defaults to the model's (engine.communication_data_type); the
+// accumulation dtype defaults to the model's, except fp32 for bf16 without ZeRO (BF16_Optimizer's fp32
 // gradients). Stage 2 accumulates in the model's dtype whatever
 // grad_accum_dtype says (its averaged gradients are views of the 16-bit
 // gradients: stage_1_and_2.py get_flat_partition), and so does fp16 at
 // stage 0 (FP16_Optimizer's fp16 .grad). A compiled plan has only these
-// names; any other (a hand-built plan's) is an error naming the field.
-func DeepSpeedGradDTypes(stage int, model, accum, comm string) (GradDTypes, error) {
-	var d GradDTypes
-	var err error
-	if d.Model, err = parseDType("the training dtype (fp16/bf16.enabled)", model); err != nil {
-		return GradDTypes{}, err
+// names; any other (a hand-built plan's), or an invalid model dtype, is
+// an error naming the field.
+func DeepSpeedGradDTypes(stage int, model device.DType, accum, comm string) (GradDTypes, error) {
+	if !model.Valid() {
+		return GradDTypes{}, fmt.Errorf("zcore: the training dtype (fp16/bf16.enabled) %v: want fp32, fp16 or bf16", model)
 	}
-	d.Accum, d.Comm = d.Model, d.Model
+	d := GradDTypes{Model: model, Accum: model, Comm: model}
 	if d.Model == device.BF16 && stage == 0 {
 		d.Accum = device.F32
 	}
@@ -254,15 +253,14 @@ func DeepSpeedGradDTypes(stage int, model, accum, comm string) (GradDTypes, erro
 	return d, nil
 }
 
-// parseDType reads a plan's dtype name; "" is fp32.
+// parseDType reads a plan's dtype name (device.ParseDType); "" is fp32.
 func parseDType(field, s string) (device.DType, error) {
-	for _, dt := range []device.DType{device.F32, device.F16, device.BF16} {
-		if dt.String() == s {
-			return dt, nil
-		}
-	}
 	if s == "" {
 		return device.F32, nil
 	}
-	return 0, fmt.Errorf("zcore: %s %q: want fp32, fp16 or bf16", field, s)
+	d, err := device.ParseDType(s)
+	if err != nil {
+		return 0, fmt.Errorf("zcore: %s %q: want fp32, fp16 or bf16", field, s)
+	}
+	return d, nil
 }

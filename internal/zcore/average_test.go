@@ -21,47 +21,50 @@ func TestDeepSpeedGradDTypes(t *testing.T) {
 	const F32, F16, BF16 = device.F32, device.F16, device.BF16
 	for _, tc := range []struct {
 		stage               int
-		model, accum, comm  string
+		model               device.DType
+		accum, comm         string
 		wModel, wAcc, wComm device.DType
 	}{
-		{0, "fp32", "", "", F32, F32, F32},
-		{0, "bf16", "", "", BF16, F32, BF16}, // BF16_Optimizer: fp32 gradients, bf16 all-reduce
-		{1, "bf16", "", "", BF16, BF16, BF16},
-		{2, "bf16", "", "", BF16, BF16, BF16},
-		{0, "fp16", "", "", F16, F16, F16},
-		{1, "fp16", "", "", F16, F16, F16},
-		{1, "bf16", "fp32", "", BF16, F32, BF16},
-		{2, "bf16", "fp32", "", BF16, BF16, BF16}, // stage 2 accumulates views of the bf16 gradients
-		{0, "fp16", "fp32", "", F16, F16, F16},    // FP16_Optimizer accumulates in the fp16 .grad
-		{0, "bf16", "bf16", "fp32", BF16, BF16, F32},
-		{2, "fp32", "", "bf16", F32, F32, BF16},
-		{1, "", "", "", F32, F32, F32},
+		{0, F32, "", "", F32, F32, F32},
+		{0, BF16, "", "", BF16, F32, BF16}, // BF16_Optimizer: fp32 gradients, bf16 all-reduce
+		{1, BF16, "", "", BF16, BF16, BF16},
+		{2, BF16, "", "", BF16, BF16, BF16},
+		{0, F16, "", "", F16, F16, F16},
+		{1, F16, "", "", F16, F16, F16},
+		{1, BF16, "fp32", "", BF16, F32, BF16},
+		{2, BF16, "fp32", "", BF16, BF16, BF16}, // stage 2 accumulates views of the bf16 gradients
+		{0, F16, "fp32", "", F16, F16, F16},     // FP16_Optimizer accumulates in the fp16 .grad
+		{0, BF16, "bf16", "fp32", BF16, BF16, F32},
+		{2, F32, "", "bf16", F32, F32, BF16},
+		{1, 0, "", "", F32, F32, F32}, // a hand-built plan's zero value
 	} {
 		got, err := DeepSpeedGradDTypes(tc.stage, tc.model, tc.accum, tc.comm)
 		if err != nil {
-			t.Errorf("stage %d, model %q: %v", tc.stage, tc.model, err)
+			t.Errorf("stage %d, model %v: %v", tc.stage, tc.model, err)
 			continue
 		}
 		if want := (GradDTypes{tc.wModel, tc.wAcc, tc.wComm}); got != want {
-			t.Errorf("stage %d, model %q, grad_accum_dtype %q, communication_data_type %q: %+v, want %+v",
+			t.Errorf("stage %d, model %v, grad_accum_dtype %q, communication_data_type %q: %+v, want %+v",
 				tc.stage, tc.model, tc.accum, tc.comm, got, want)
 		}
 	}
 }
 
-// TestDeepSpeedGradDTypesRefusesUnknown: a hand-built plan's unknown dtype
-// name is an error naming the field it came from, not a panic.
+// TestDeepSpeedGradDTypesRefusesUnknown: a hand-built plan's invalid
+// dtype or unknown dtype name is an error naming the field it came
+// from, not a panic.
 func TestDeepSpeedGradDTypesRefusesUnknown(t *testing.T) {
 	for _, tc := range []struct {
-		model, accum, comm, field string
+		model              device.DType
+		accum, comm, field string
 	}{
-		{"fp8", "", "", "training dtype"},
-		{"bf16", "float32", "", "data_types.grad_accum_dtype"},
-		{"fp16", "", "half", "communication_data_type"},
+		{device.DType(7), "", "", "training dtype"},
+		{device.BF16, "float32", "", "data_types.grad_accum_dtype"},
+		{device.F16, "", "half", "communication_data_type"},
 	} {
 		_, err := DeepSpeedGradDTypes(2, tc.model, tc.accum, tc.comm)
 		if err == nil || !strings.Contains(err.Error(), tc.field) {
-			t.Errorf("model %q, grad_accum_dtype %q, communication_data_type %q: error %v, want one naming %s",
+			t.Errorf("model %v, grad_accum_dtype %q, communication_data_type %q: error %v, want one naming %s",
 				tc.model, tc.accum, tc.comm, err, tc.field)
 		}
 	}

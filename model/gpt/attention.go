@@ -14,7 +14,7 @@ import (
 //	y   = att · v                 written to out (B, T, C) at columns h*HS
 //
 // Each (b, h) pair is independent; the pairs are spread over the pool.
-// With Round the 16-bit tensors are s (after the scale), att, y and, in
+// With a 16-bit DType the 16-bit tensors are s (after the scale), att, y and, in
 // backward, d(att), d(s) and dq, dk, dv. With bf16 every sum of products
 // runs in the order of torch's bf16 bmm (dotPairs). Otherwise each sum of
 // products runs in order of its inner index, one float32 rounding per
@@ -42,7 +42,7 @@ func (s *attnShape) dims() (HS, C3 int, scale float32) {
 
 // attnShape is the shared part of both jobs for sequences of length T.
 func (m *Model) attnShape(T int, scratch []float32) attnShape {
-	return attnShape{T: T, C: m.cfg.Dim, NH: m.cfg.Heads, scratch: scratch, round: m.opt.Round, bf16: m.bf16}
+	return attnShape{T: T, C: m.cfg.Dim, NH: m.cfg.Heads, scratch: scratch, round: m.rounding, bf16: m.bf16}
 }
 
 // causalRows is the height of the row blocks of the triangular products:

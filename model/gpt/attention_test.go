@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 	"testing"
 
+	"github.com/dszero/dszero/device"
 	"github.com/dszero/dszero/half"
 )
 
@@ -159,7 +160,7 @@ func TestAttentionKeepsTheLoopOrder(t *testing.T) {
 						x[i] = half.NearestF16(v)
 					}
 				}
-				opt.Round = round
+				opt.DType = device.F16
 			}
 			m, _ := newTestModel(t, cfg, opt, nil)
 			rng := rand.New(rand.NewPCG(uint64(tc.T), uint64(tc.C)))

@@ -5,6 +5,7 @@ import (
 	"math/rand/v2"
 	"testing"
 
+	"github.com/dszero/dszero/device"
 	"github.com/dszero/dszero/half"
 )
 
@@ -36,7 +37,7 @@ func BenchmarkGPTStep(b *testing.B) {
 				l.InitRange(1, params, 0)
 				var opt Options
 				if bc.bf16 {
-					opt.Round = half.RoundBF16
+					opt.DType = device.BF16
 					half.RoundBF16(params)
 				}
 				m, _ := newTestModel(b, cfg, opt, params)

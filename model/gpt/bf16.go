@@ -44,17 +44,6 @@ import (
 // rb rounds one float32 to the nearest bf16 value.
 func rb(x float32) float32 { return half.NearestBF16(x) }
 
-// roundsToBF16 reports whether round rounds to bf16: it keeps 7 fraction
-// bits, where fp16 keeps 10.
-func roundsToBF16(round func([]float32)) bool {
-	if round == nil {
-		return false
-	}
-	x := []float32{1 + 1.0/256 + 1.0/1024} // a bf16 rounds it up to 1 + 2^-7; fp16 holds it
-	round(x)
-	return x[0] == 1+1.0/128
-}
-
 // bf16Lanes is the width of torch's Vectorized<BFloat16> with AVX2, the
 // reference machine's kernels; kChunk is moments_utils.h's kChunkSize.
 const (

@@ -4,9 +4,12 @@ import (
 	"math"
 	"slices"
 	"strconv"
+	"strings"
 	"testing"
 
+	"github.com/dszero/dszero/device"
 	"github.com/dszero/dszero/half"
+	"github.com/dszero/dszero/mem"
 	"github.com/dszero/dszero/model"
 )
 
@@ -68,7 +71,7 @@ func sameBits(t testing.TB, what string, got, want []float32) {
 func bf16Model(t testing.TB, C int) *Model {
 	t.Helper()
 	cfg := Config{Vocab: 8, Context: 4, Dim: C, Heads: 4, Layers: 1}
-	m, _ := newTestModel(t, cfg, Options{Round: half.RoundBF16}, nil)
+	m, _ := newTestModel(t, cfg, Options{DType: device.BF16}, nil)
 	if !m.bf16 {
 		t.Fatal("Round = half.RoundBF16 did not select the bf16 kernels")
 	}
@@ -144,7 +147,7 @@ func TestBF16GradientsMatchTorch(t *testing.T) {
 		t.Fatal(err)
 	}
 	half.RoundBF16(params)
-	m, _ := newTestModel(t, cfg, Options{Round: half.RoundBF16}, params)
+	m, _ := newTestModel(t, cfg, Options{DType: device.BF16}, params)
 	idx, tgt := microBatch(tok, 0, 0, 0)
 	step(t, m, idx, tgt, 4, 0.5)
 	for i, s := range m.Layout().Specs {
@@ -152,16 +155,52 @@ func TestBF16GradientsMatchTorch(t *testing.T) {
 	}
 }
 
-// TestBF16KernelsOnlyForBF16: fp16 rounding keeps the fp16emu kernels
-// (float32 and one rounding per op), fp32 none.
-func TestBF16KernelsOnlyForBF16(t *testing.T) {
+// TestModelIsToldDType: the model computes in the dtype it is given,
+// not one it infers: fp32 rounds nothing (some logits are not fp16
+// values), fp16 rounds to fp16 with the fp16emu kernels (every logit an
+// fp16 value, some not bf16 values; no bf16 kernels), bf16 rounds to bf16
+// with torch's bf16 kernels (every logit a bf16 value). An invalid dtype
+// is an error naming Options.DType.
+func TestModelIsToldDType(t *testing.T) {
+	isF16 := func(v float32) bool { return half.NearestF16(v) == v }
+	isBF16 := func(v float32) bool { return math.Float32bits(v)&0xffff == 0 }
 	for _, tc := range []struct {
-		round func([]float32)
-		want  bool
-	}{{nil, false}, {half.RoundF16, false}, {half.RoundBF16, true}} {
-		if got := roundsToBF16(tc.round); got != tc.want {
-			t.Errorf("roundsToBF16 = %v, want %v", got, tc.want)
+		d                 device.DType
+		bf16Kernels       bool
+		allOf, someNotOf  func(float32) bool
+		allName, someName string
+	}{
+		{device.F32, false, nil, isF16, "", "fp16"},
+		{device.F16, false, isF16, isBF16, "fp16", "bf16"},
+		{device.BF16, true, isBF16, nil, "bf16", ""},
+	} {
+		cfg, params := harnessTiny(t)
+		if r := tc.d.Rounding(); r != nil {
+			r(params)
 		}
+		idx, tgt := microBatch(harnessTokens(t), 0, 0, 0)
+		m, _ := newTestModel(t, cfg, Options{DType: tc.d}, params)
+		if m.bf16 != tc.bf16Kernels || (m.rounding == nil) != (tc.d == device.F32) {
+			t.Errorf("%v: bf16 kernels %v, rounding %v; want %v, %v", tc.d, m.bf16, m.rounding != nil, tc.bf16Kernels, tc.d != device.F32)
+		}
+		if _, err := m.Forward(model.Batch{Tokens: idx, B: 4, Targets: tgt}); err != nil {
+			t.Fatal(err)
+		}
+		some := false
+		for i, v := range m.a.logits {
+			if tc.allOf != nil && !tc.allOf(v) {
+				t.Errorf("%v: logits[%d] = %v is not a value of %s", tc.d, i, v, tc.allName)
+				break
+			}
+			some = some || tc.someNotOf != nil && !tc.someNotOf(v)
+		}
+		if tc.someNotOf != nil && !some {
+			t.Errorf("%v: every logit is a value of %s", tc.d, tc.someName)
+		}
+	}
+	cfg, _ := harnessTiny(t)
+	if _, err := New(cfg, Options{Gemm: loopGemm{}, Acct: mem.NewAccountant(0), DType: device.DType(7)}); err == nil || !strings.Contains(err.Error(), "Options.DType") {
+		t.Errorf("New with DType(7): %v, want an error naming Options.DType", err)
 	}
 }
 

@@ -13,7 +13,7 @@ var _ model.SeqParalleler = Config{}
 // Build makes one rank's GPT of c (a model.Builder).
 func (c Config) Build(o model.BuildOptions) (model.Model, error) {
 	return New(c, Options{Gemm: o.Gemm, Acct: o.Acct, Hooks: o.Hooks, Checkpoint: o.Checkpoint,
-		CPUCheckpoint: o.CPUCheckpoint, Round: o.Round, Workers: o.Workers, SeqParallel: o.SeqParallel, Fast: o.FastMath})
+		CPUCheckpoint: o.CPUCheckpoint, DType: o.DType, Workers: o.Workers, SeqParallel: o.SeqParallel, Fast: o.FastMath})
 }
 
 // MaxSeq is the context length (defaults applied).

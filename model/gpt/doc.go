@@ -48,7 +48,7 @@
 //
 // # 16-bit compute emulation
 //
-// Options.Round (half.RoundBF16 or half.RoundF16) emulates a bf16/fp16
+// Options.DType (device.BF16 or device.F16) emulates a bf16/fp16
 // model on the CPU the way PyTorch computes it: each op reads 16-bit
 // values, computes in float32 and rounds its output once. The engine
 // keeps the bound parameters rounded. Rounded tensors, forward: the

@@ -28,7 +28,7 @@ import "math"
 // Everything else (embedding, the Linear GEMMs, the float64 sums of
 // LayerNorm and the loss) is the exact path's. Losses stay within 1e-5
 // relative of the exact path over ten training steps
-// (TestFastMatchesExact). Fast is ignored when Round emulates 16-bit
+// (TestFastMatchesExact). Fast is ignored when a 16-bit DType emulates 16-bit
 // compute, whose kernels must round as torch's do.
 
 // attnBlockDefault is the row block of the causal attention GEMMs: a

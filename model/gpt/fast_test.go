@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/dszero/dszero/blas"
+	"github.com/dszero/dszero/device"
 	"github.com/dszero/dszero/half"
 	"github.com/dszero/dszero/model"
 )
@@ -157,7 +158,7 @@ func TestFastIgnoredWithRound(t *testing.T) {
 	var grads [2][]float32
 	var losses [2]float32
 	for i, fast := range []bool{false, true} {
-		m, _ := newTestModel(t, cfg, Options{Round: half.RoundBF16, Fast: fast}, init)
+		m, _ := newTestModel(t, cfg, Options{DType: device.BF16, Fast: fast}, init)
 		losses[i] = step(t, m, idx, tgt, 4, 1)
 		grads[i] = m.Grads()
 	}

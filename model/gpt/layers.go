@@ -14,7 +14,7 @@ import (
 //
 // Every op output goes through m.round (16-bit emulation, a no-op
 // otherwise). A parameter gradient of one Backward is computed whole
-// (gradOut), rounded with Round, and then added to the gradient buffer
+// (gradOut), rounded to the DType, and then added to the gradient buffer
 // (gradCommit), like PyTorch's AccumulateGrad and like a 16-bit .grad
 // added into fp32 accumulators. After OverwriteGrads it is computed
 // straight into the gradient buffer instead, and nothing is added.
@@ -31,8 +31,8 @@ type jobs struct {
 }
 
 func (m *Model) round(s []float32) {
-	if m.opt.Round != nil {
-		m.opt.Round(s)
+	if m.rounding != nil {
+		m.rounding(s)
 	}
 }
 
@@ -59,7 +59,7 @@ func (m *Model) encoderForward(out []float32, tokens []int32, wte, wpe []float32
 }
 
 // encoderBackward: dwte[tokens[b,t],:] += dout[b,t,:], dwpe[t,:] += dout[b,t,:].
-// With Round the wte rows are rounded after each add, as a 16-bit
+// With a 16-bit DType the wte rows are rounded after each add, as a 16-bit
 // index_add does; the wpe gradient is summed over the batch in fp32 and
 // rounded once. wpe rows T..Context-1 get no gradient: they keep theirs,
 // or are zeroed after OverwriteGrads.

@@ -7,6 +7,7 @@ import (
 	"runtime"
 
 	"github.com/dszero/dszero/comm"
+	"github.com/dszero/dszero/device"
 	"github.com/dszero/dszero/mem"
 	"github.com/dszero/dszero/model"
 	"github.com/dszero/dszero/model/internal/rangepool"
@@ -16,7 +17,7 @@ import (
 type Options struct {
 	// Gemm runs every matrix multiplication, always from the goroutine
 	// that called Forward or Backward, so it may parallelise each call
-	// itself. Required. (With bf16 Round the model sums its products in
+	// itself. Required. (With DType BF16 the model sums its products in
 	// torch's bf16 order itself: see doc.go.)
 	Gemm model.Gemmer
 	// Acct accounts the activations (mem.Activations) and a scratch the
@@ -34,13 +35,13 @@ type Options struct {
 	// tier instead of the device (DeepSpeed's cpu_checkpointing). It
 	// requires Checkpoint.
 	CPUCheckpoint bool
-	// Round, if set, emulates 16-bit compute: it is applied to the output
-	// of every op, forward and backward (see doc.go for the list), e.g.
-	// half.RoundBF16. When it rounds to bf16 the ops follow torch's CPU
-	// bf16 kernels bit for bit (bf16.go). The parameters must already
-	// hold 16-bit values.
-	// It is called from several goroutines at once on disjoint slices.
-	Round func([]float32)
+	// DType is the dtype the model computes in. F32, the zero value,
+	// computes in float32. F16 and BF16 emulate 16-bit compute: the
+	// output of every op, forward and backward, is rounded to the dtype
+	// (DType.Rounding; see doc.go for the list), and with BF16 the ops
+	// follow torch's CPU bf16 kernels bit for bit (bf16.go). The
+	// parameters must already hold values of the dtype.
+	DType device.DType
 	// Workers bounds the goroutines of the attention, GELU and
 	// cross-entropy loops; 0 means GOMAXPROCS.
 	Workers int
@@ -52,7 +53,7 @@ type Options struct {
 	// Fast selects the fast float32 path (fast.go): attention as GEMMs,
 	// float32 exp and tanh, fused bias passes, the element-wise layers
 	// on the pool. Its losses stay within 1e-5 relative of the exact
-	// path's; it is ignored when Round is set (16-bit emulation keeps
+	// path's; it is ignored with a 16-bit DType (16-bit emulation keeps
 	// torch's rounding) and under sequence parallelism (the Ulysses
 	// attention is the exact path's).
 	Fast bool
@@ -88,7 +89,10 @@ type Model struct {
 	colAcc  []float64 // column sums for bias and LayerNorm parameter gradients
 	rowSeen []uint64  // a bit per wte row: rows already added in encoderBackward
 
-	// bf16: Round rounds to bf16, and the ops that torch's CPU bf16
+	// rounding is Options.DType's (nil for F32). It is called from
+	// several goroutines at once on disjoint slices.
+	rounding func([]float32)
+	// bf16: Options.DType is BF16, and the ops that torch's CPU bf16
 	// kernels do not compute in float32 follow those kernels (bf16.go).
 	bf16    bool
 	moments []momentStack // LayerNorm moments' cascade (bf16)
@@ -100,7 +104,7 @@ type Model struct {
 	// first Backward that needs it.
 	sink model.GradSink
 
-	// fast: Options.Fast without Round. attnBlock is the row block of
+	// fast: Options.Fast with DType F32. attnBlock is the row block of
 	// its causal attention GEMMs.
 	fast      bool
 	attnBlock int
@@ -129,6 +133,9 @@ func New(cfg Config, opt Options) (*Model, error) {
 	if opt.CPUCheckpoint && !opt.Checkpoint {
 		errs = append(errs, errors.New("gpt: Options.CPUCheckpoint requires Options.Checkpoint"))
 	}
+	if !opt.DType.Valid() {
+		errs = append(errs, fmt.Errorf("gpt: Options.DType = %v: want F32, F16 or BF16", opt.DType))
+	}
 	if opt.Workers < 0 {
 		errs = append(errs, fmt.Errorf("gpt: Options.Workers = %d, must be >= 0", opt.Workers))
 	}
@@ -142,14 +149,15 @@ func New(cfg Config, opt Options) (*Model, error) {
 			return nil, err
 		}
 	}
-	m.fast = opt.Fast && opt.Round == nil && m.sp == nil
-	m.sink.Round = opt.Round
+	m.rounding, m.bf16 = opt.DType.Rounding(), opt.DType == device.BF16
+	m.fast = opt.Fast && opt.DType == device.F32 && m.sp == nil
+	m.sink.Round = m.rounding
 	if m.layout.Numel != cfg.NumParams() {
 		panic("gpt: layout and NumParams disagree")
 	}
 	m.colAcc = make([]float64, max(3*cfg.Dim, cfg.MLP, 2*cfg.Dim))
 	m.rowSeen = make([]uint64, (cfg.Vocab+63)/64)
-	if m.bf16 = roundsToBF16(opt.Round); m.bf16 {
+	if m.bf16 {
 		m.moments = make([]momentStack, ceilLog2((cfg.Dim/bf16Lanes+kChunk-1)/kChunk))
 		m.lnAccB = make([]float32, cfg.Dim)
 	}

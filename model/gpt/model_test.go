@@ -12,6 +12,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
 
+	"github.com/dszero/dszero/device"
 	"github.com/dszero/dszero/half"
 	"github.com/dszero/dszero/mem"
 	"github.com/dszero/dszero/model"
@@ -307,15 +308,15 @@ func TestOverwriteGrads(t *testing.T) {
 	}{
 		{"tiny", tiny, 32, Options{}},
 		{"tiny checkpointed", tiny, 32, Options{Checkpoint: true}},
-		{"tiny bf16", tiny, 32, Options{Round: half.RoundBF16}},
+		{"tiny bf16", tiny, 32, Options{DType: device.BF16}},
 		{"tied T<Context", tied, 11, Options{}},
-		{"tied bf16", tied, 11, Options{Round: half.RoundBF16}},
+		{"tied bf16", tied, 11, Options{DType: device.BF16}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			cfg := tc.cfg.WithDefaults()
 			params := perturbedInit(cfg, 3)
-			if tc.opt.Round != nil {
-				tc.opt.Round(params)
+			if r := tc.opt.DType.Rounding(); r != nil {
+				r(params)
 			}
 			const B = 2
 			rng := rand.New(rand.NewPCG(5, 6))
@@ -449,7 +450,7 @@ func TestActivationOOM(t *testing.T) {
 }
 
 func TestNoAllocationsAfterWarmup(t *testing.T) {
-	for _, opt := range []Options{{}, {Checkpoint: true}, {Round: half.RoundBF16}} {
+	for _, opt := range []Options{{}, {Checkpoint: true}, {DType: device.BF16}} {
 		cfg := Config{Vocab: 32, Context: 16, Dim: 32, Heads: 4, Layers: 2}
 		opt.Gemm, opt.Workers = loopGemm{}, 2
 		m, _ := newTestModel(t, cfg, opt, perturbedInit(cfg.WithDefaults(), 1))
@@ -471,7 +472,7 @@ func TestRoundedTensorsAre16Bit(t *testing.T) {
 	cfg, params := harnessTiny(t)
 	half.RoundBF16(params)
 	idx, tgt := microBatch(harnessTokens(t), 0, 0, 0)
-	m, _ := newTestModel(t, cfg, Options{Round: half.RoundBF16}, params)
+	m, _ := newTestModel(t, cfg, Options{DType: device.BF16}, params)
 	if _, err := m.Forward(model.Batch{Tokens: idx, B: 4, Targets: tgt}); err != nil {
 		t.Fatal(err)
 	}

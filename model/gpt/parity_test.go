@@ -8,6 +8,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/dszero/dszero/device"
 	"github.com/dszero/dszero/half"
 	"github.com/dszero/dszero/model"
 	"github.com/dszero/dszero/model/internal/modeltest"
@@ -104,7 +105,7 @@ func TestBF16EmulationStep1(t *testing.T) {
 	m32, _ := newTestModel(t, cfg, Options{}, params)
 	bparams := slices.Clone(params)
 	half.RoundBF16(bparams)
-	m16, _ := newTestModel(t, cfg, Options{Round: half.RoundBF16}, bparams)
+	m16, _ := newTestModel(t, cfg, Options{DType: device.BF16}, bparams)
 	for _, ml := range fp32 {
 		want := bf.Steps[0].MicroLosses[fmt.Sprintf("rank%d", ml.Rank)][ml.Micro]
 		idx, tgt := microBatch(tok, 0, ml.Micro, ml.Rank)

@@ -234,7 +234,7 @@ func (u *ulysses) head2seq(dst, src []float32, C, P int) {
 // spShape is the attention's shape on this rank's heads over all tokens.
 func (m *Model) spShape() attnShape {
 	u := m.sp
-	return attnShape{T: u.Tl * u.size, C: m.cfg.Dim / u.size, NH: m.cfg.Heads / u.size, scratch: u.tr, round: m.opt.Round, bf16: m.bf16}
+	return attnShape{T: u.Tl * u.size, C: m.cfg.Dim / u.size, NH: m.cfg.Heads / u.size, scratch: u.tr, round: m.rounding, bf16: m.bf16}
 }
 
 // blockOf is the index of the activation set whose qkv this is (the

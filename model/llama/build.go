@@ -12,7 +12,7 @@ var (
 // Build makes one rank's decoder of c (a model.Builder).
 func (c Config) Build(o model.BuildOptions) (model.Model, error) {
 	return New(c, Options{Gemm: o.Gemm, Acct: o.Acct, Hooks: o.Hooks, Checkpoint: o.Checkpoint,
-		CPUCheckpoint: o.CPUCheckpoint, Round: o.Round, Workers: o.Workers, SeqParallel: o.SeqParallel})
+		CPUCheckpoint: o.CPUCheckpoint, Round: o.DType.Rounding(), Workers: o.Workers, SeqParallel: o.SeqParallel})
 }
 
 // MaxSeq is max_position_embeddings (defaults applied).

@@ -224,7 +224,7 @@ func run(t *testing.T, d ztest.MLPData, plan dsconfig.Plan, v Variant, stopAt in
 }
 
 func mlpModel(d ztest.MLPData, eng *zero.Engine, acct *mem.Accountant, gemm model.Gemmer) (model.Model, error) {
-	m, err := d.Cfg.Build(model.BuildOptions{Gemm: gemm, Acct: acct, Hooks: eng.Strategy(), Round: eng.Round()})
+	m, err := d.Cfg.Build(model.BuildOptions{Gemm: gemm, Acct: acct, Hooks: eng.Strategy(), DType: eng.DType()})
 	if err != nil {
 		return nil, err
 	}
