@@ -59,6 +59,44 @@ func runMLPVersion(t *testing.T, v zero.Version, plan dsconfig.Plan, d ztest.MLP
 // latest checkpoint first when load is set, saving to dir after the steps
 // in saveAt; with swap as the NVMe swap filesystem, and before(step) and
 // beforeSave(step) called on rank 0 before each step and each save (while
+
+// sameResume fails t unless first (steps 1..n, saved) followed by second
+// (resumed from it) is bit for bit the uninterrupted run whole: losses,
+// final weights, and every rank's engine and strategy state.
+func sameResume(t *testing.T, whole, first, second result) {
+	t.Helper()
+	got := append(append([]float64(nil), first.losses...), second.losses...)
+	for s := range got {
+		if math.Float64bits(got[s]) != math.Float64bits(whole.losses[s]) {
+			t.Fatalf("step %d: loss %v resumed, %v uninterrupted", s+1, got[s], whole.losses[s])
+		}
+	}
+	if i := bitsEqual(second.final, whole.final); i >= 0 {
+		t.Fatalf("final weight %d differs: %v resumed, %v uninterrupted", i, second.final[i], whole.final[i])
+	}
+	for r := range whole.states {
+		w, s := whole.states[r], second.states[r]
+		if w.GlobalSteps != s.GlobalSteps || w.SkippedSteps != s.SkippedSteps || w.Scaler != s.Scaler || fmt.Sprint(w.Scheduler) != fmt.Sprint(s.Scheduler) {
+			t.Errorf("rank %d: engine state %+v resumed, %+v uninterrupted", r, s.Scaler, w.Scaler)
+		}
+		for g := range w.Strategy.Groups {
+			wg, sg := w.Strategy.Groups[g], s.Strategy.Groups[g]
+			if wg.Optim.Steps != sg.Optim.Steps {
+				t.Errorf("rank %d group %d: step count %d, want %d", r, g, sg.Optim.Steps, wg.Optim.Steps)
+			}
+			if i := bitsEqual(sg.Master, wg.Master); i >= 0 {
+				t.Errorf("rank %d group %d: master[%d] differs", r, g, i)
+			}
+			for k, v := range wg.Optim.State {
+				if i := bitsEqual(sg.Optim.State[k], v); i >= 0 {
+					t.Errorf("rank %d group %d: %s[%d] differs", r, g, k, i)
+				}
+			}
+		}
+	}
+	t.Logf("%d+%d steps: final loss %.6f, bit-identical to the uninterrupted run", len(first.losses), len(second.losses), got[len(got)-1])
+}
+
 // the other ranks wait).
 type mlpRun struct {
 	v                  zero.Version
@@ -287,33 +325,7 @@ func TestResumeIsBitExact(t *testing.T) {
 			dir := t.TempDir()
 			first := runMLP(t, plan, d, 0, n, dir, false, true)
 			second := runMLP(t, plan, d, n, 2*n, dir, true, false)
-			got := append(append([]float64(nil), first.losses...), second.losses...)
-			for i := range got {
-				if math.Float64bits(got[i]) != math.Float64bits(whole.losses[i]) {
-					t.Fatalf("step %d: loss %v resumed, %v uninterrupted", i+1, got[i], whole.losses[i])
-				}
-			}
-			if i := bitsEqual(second.final, whole.final); i >= 0 {
-				t.Fatalf("final weight %d differs: %v resumed, %v uninterrupted", i, second.final[i], whole.final[i])
-			}
-			for r := range whole.states {
-				w, s := whole.states[r], second.states[r]
-				if w.GlobalSteps != s.GlobalSteps || w.SkippedSteps != s.SkippedSteps || w.Scaler != s.Scaler || fmt.Sprint(w.Scheduler) != fmt.Sprint(s.Scheduler) {
-					t.Errorf("rank %d: engine state %+v resumed, %+v uninterrupted", r, s.Scaler, w.Scaler)
-				}
-				for g := range w.Strategy.Groups {
-					wg, sg := w.Strategy.Groups[g], s.Strategy.Groups[g]
-					if wg.Optim.Steps != sg.Optim.Steps {
-						t.Errorf("rank %d group %d: step count %d, want %d", r, g, sg.Optim.Steps, wg.Optim.Steps)
-					}
-					for k, v := range wg.Optim.State {
-						if i := bitsEqual(sg.Optim.State[k], v); i >= 0 {
-							t.Errorf("rank %d group %d: %s[%d] differs", r, g, k, i)
-						}
-					}
-				}
-			}
-			t.Logf("%d+%d steps: final loss %.6f, bit-identical to %d steps", n, n, got[len(got)-1], 2*n)
+			sameResume(t, whole, first, second)
 		})
 	}
 }

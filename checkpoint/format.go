@@ -523,33 +523,65 @@ func floats(v any, path string) ([]float32, error) {
 // when padded (stages 1 and 2: the tensors hold the partition's padding,
 // into's buffers do not), when it is longer than into[name] by zeros.
 func readTorchState(v any, path string, o *zcore.OptimState, into map[string][]float32, padded bool) error {
-	d, err := get[*ptfile.Dict](v, path)
-	if err != nil {
-		return err
-	}
 	stage0 := into == nil && !padded // one entry per parameter: the 1-bit optimizers' entries too
 	var entries []optim.Entry
+	var pre func(name string, x any) (bool, error)
 	if stage0 {
 		defer func() { o.Tensors = append(o.Tensors, entries) }()
-	}
-	for k, x := range d.All() {
-		name, _ := k.(string)
-		if stage0 {
+		pre = func(name string, x any) (bool, error) {
 			switch s := x.(type) {
 			case int64, float64:
 				if name != "step" {
 					entries = append(entries, optim.Entry{Key: name, Value: s})
-					continue
+					return true, nil
 				}
 			case *ptfile.Tensor:
 				if oneBitTensor(name) {
 					f, err := values(s, nil)
-					if err != nil {
-						return fmt.Errorf("%s.%s: %w", path, name, err)
-					}
 					entries = append(entries, optim.Entry{Key: name, Value: f})
-					continue
+					return true, err
 				}
+			}
+			return false, nil
+		}
+	}
+	return eachStateTensor(v, path, o, pre, func(name string, t *ptfile.Tensor) error {
+		var f []float32
+		var err error
+		if dst := into[name]; padded && len(dst) > 0 && t.Numel() > int64(len(dst)) {
+			f, err = paddedValues(t, dst)
+		} else {
+			f, err = values(t, dst)
+		}
+		if err != nil {
+			return err
+		}
+		if o.State[name] == nil {
+			o.State[name] = f
+		} else {
+			o.State[name] = append(o.State[name], f...)
+		}
+		return nil
+	})
+}
+
+// eachStateTensor walks the torch optimizer state entry at path (one
+// parameter's: a dict of step and state tensors): step goes to o.Steps,
+// every other value must be a tensor and goes to tensor. pre, when not
+// nil, sees each entry first and takes those it reports handled. Errors
+// name the entry's path.
+func eachStateTensor(v any, path string, o *zcore.OptimState, pre func(name string, x any) (bool, error), tensor func(name string, t *ptfile.Tensor) error) error {
+	d, err := get[*ptfile.Dict](v, path)
+	if err != nil {
+		return err
+	}
+	for k, x := range d.All() {
+		name, _ := k.(string)
+		if pre != nil {
+			if done, err := pre(name, x); err != nil {
+				return fmt.Errorf("%s.%s: %w", path, name, err)
+			} else if done {
+				continue
 			}
 		}
 		if name == "step" {
@@ -562,19 +594,8 @@ func readTorchState(v any, path string, o *zcore.OptimState, into map[string][]f
 		if !ok {
 			return fmt.Errorf("%s.%s is %s, not a tensor", path, name, ptfile.TypeName(x))
 		}
-		var f []float32
-		if dst := into[name]; padded && len(dst) > 0 && t.Numel() > int64(len(dst)) {
-			f, err = paddedValues(t, dst)
-		} else {
-			f, err = values(t, dst)
-		}
-		if err != nil {
+		if err := tensor(name, t); err != nil {
 			return fmt.Errorf("%s.%s: %w", path, name, err)
-		}
-		if o.State[name] == nil {
-			o.State[name] = f
-		} else {
-			o.State[name] = append(o.State[name], f...)
 		}
 	}
 	return nil

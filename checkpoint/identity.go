@@ -323,8 +323,8 @@ func (x expect) checkDeepSpeed(kind string, rank int, v any) error {
 	want := int64(flat.SavedLen(rank))
 	if partitionedStage0(x.ref.Stage, x.dtype) {
 		// BF16_Optimizer saves its fp32 partition whole, padding
-		// included (fp32_groups_flat_partition); dszero's older checkpoints saved
-		// it stripped, as stages 1 and 2 do.
+		// included (fp32_groups_flat_partition); dszero's older
+		// checkpoints saved it stripped, as stages 1 and 2 do.
 		old, want = want, int64(flat.PartitionSize)
 	}
 	if got != want && got != old {

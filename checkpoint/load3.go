@@ -73,27 +73,9 @@ func targetOf(e *zero.Engine) (to target, end func(error) error, err error) {
 // readSwappedState is readTorchState for stage-3 sub-group g of a
 // swapLoader: each state tensor goes to it, not into o.State.
 func readSwappedState(v any, path string, g int, o *zcore.OptimState, sl swapLoader) error {
-	d, err := get[*ptfile.Dict](v, path)
-	if err != nil {
-		return err
-	}
-	for k, x := range d.All() {
-		name, _ := k.(string)
-		if name == "step" {
-			if o.Steps, err = stepOf(path, x); err != nil {
-				return err
-			}
-			continue
-		}
-		t, ok := x.(*ptfile.Tensor)
-		if !ok {
-			return fmt.Errorf("%s.%s is %s, not a tensor", path, name, ptfile.TypeName(x))
-		}
-		if err := sl.LoadTensor(g, name, func(dst []float32) error { return readExact(t, dst) }); err != nil {
-			return fmt.Errorf("%s.%s: %w", path, name, err)
-		}
-	}
-	return nil
+	return eachStateTensor(v, path, o, nil, func(name string, t *ptfile.Tensor) error {
+		return sl.LoadTensor(g, name, func(dst []float32) error { return readExact(t, dst) })
+	})
 }
 
 // readExact reads a floating tensor of len(dst) elements into dst.

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"math"
 	"os"
 	"path/filepath"
 	"strings"
@@ -146,36 +145,7 @@ func TestResumeOffloaded(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			got := append(append([]float64(nil), first.losses...), second.losses...)
-			for s := range got {
-				if math.Float64bits(got[s]) != math.Float64bits(whole.losses[s]) {
-					t.Fatalf("step %d: loss %v resumed, %v uninterrupted", s+1, got[s], whole.losses[s])
-				}
-			}
-			if i := bitsEqual(second.final, whole.final); i >= 0 {
-				t.Fatalf("final weight %d differs: %v resumed, %v uninterrupted", i, second.final[i], whole.final[i])
-			}
-			for r := range whole.states {
-				w, s := whole.states[r], second.states[r]
-				if w.GlobalSteps != s.GlobalSteps || w.Scaler != s.Scaler || fmt.Sprint(w.Scheduler) != fmt.Sprint(s.Scheduler) {
-					t.Errorf("rank %d: engine state %+v resumed, %+v uninterrupted", r, s.Scaler, w.Scaler)
-				}
-				for g := range w.Strategy.Groups {
-					wg, sg := w.Strategy.Groups[g], s.Strategy.Groups[g]
-					if wg.Optim.Steps != sg.Optim.Steps {
-						t.Errorf("rank %d group %d: step count %d, want %d", r, g, sg.Optim.Steps, wg.Optim.Steps)
-					}
-					if i := bitsEqual(sg.Master, wg.Master); i >= 0 {
-						t.Errorf("rank %d group %d: master[%d] differs", r, g, i)
-					}
-					for k, v := range wg.Optim.State {
-						if i := bitsEqual(sg.Optim.State[k], v); i >= 0 {
-							t.Errorf("rank %d group %d: %s[%d] differs", r, g, k, i)
-						}
-					}
-				}
-			}
-			t.Logf("%d+%d steps: final loss %.6f, bit-identical to %d steps", n, n, got[len(got)-1], 2*n)
+			sameResume(t, whole, first, second)
 		})
 	}
 }
