@@ -129,9 +129,15 @@ func TestStuckCollectiveAfterEveryRankArrived(t *testing.T) {
 	j := &job{n: 2, timeout: 500 * time.Millisecond, heartbeat: 50 * time.Millisecond,
 		fake: fakenccl.Options{Inject: func(s fakenccl.Site) fakenccl.Fault { return fakenccl.Fault{Hang: s.N == 1} }}}
 	errs := j.run(t, func(w *nccl.World) error {
+		if w.Rank() == 1 {
+			// Arrives later, so that rank 0 times out first and tells it.
+			time.Sleep(150 * time.Millisecond)
+		}
 		return w.Comm().ReduceScatter(context.Background(), comm.F32(make([]float32, 1)), comm.F32(make([]float32, 2)), comm.Sum).Wait()
 	})
 	for r := range 2 {
+		// Whichever rank times out first tells the other: either way no
+		// rank is named at fault.
 		check(t, r, errs[r], want{kind: comm.ErrTimeout, seq: 1, msg: []string{"every rank arrived, but the collective did not complete"}})
 	}
 }

@@ -189,7 +189,8 @@ func (w *World) fail(c *Comm, x *call, f *comm.FaultError, peers []int) {
 }
 
 // relay is a notice from another rank: every communicator breaks with
-// its cause.
+// its cause, naming the same ranks at fault, so that which rank saw a
+// failure first does not change what the others report.
 func (w *World) relay(n notice) {
 	kind := comm.ErrRankFailed
 	if n.Timeout {
@@ -197,7 +198,10 @@ func (w *World) relay(n notice) {
 	}
 	f := &comm.FaultError{Msg: fmt.Sprintf("rank %d's %v #%d on %s failed: %s", n.From, n.Kind, n.Seq, n.Group, n.Msg), Kind: kind}
 	peers := n.Peers
-	if len(peers) == 0 {
+	if len(peers) == 0 && !n.Timeout {
+		// The sender failed. A timeout without peers is NCCL stalling
+		// after every rank arrived: no rank is at fault, the sender
+		// only saw it first.
 		peers = []int{n.From}
 	}
 	w.breakAll(f, peers)
