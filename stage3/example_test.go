@@ -52,7 +52,8 @@ func (h hookLog) AfterBackward(u int) error {
 //
 // Read it beside the code it prints: stage3/hooks.go (the four hooks),
 // fetch.go (need, issue, land, prefetch, done, release), reduce.go
-// (before, after, issue), stage3.go (step) and swap.go (stepSwapped).
+// (before, after, issue), stage3.go (step) and offload/optimswap.go
+// (SwappedOptim.Step).
 func Example_step() {
 	log, err := traceStep(`{
   "train_micro_batch_size_per_gpu": 2, "gradient_accumulation_steps": 1,

@@ -1,9 +1,11 @@
 package stage3
 
 import (
+	"errors"
 	"fmt"
 
-	"github.com/dszero/dszero/mem"
+	"github.com/dszero/dszero/internal/zcore"
+	"github.com/dszero/dszero/offload"
 	"github.com/dszero/dszero/zero/optim"
 	"github.com/dszero/dszero/zero/partition"
 )
@@ -28,71 +30,77 @@ type PartialOffload struct {
 	NewOptimizer func(n int) (optim.Optimizer, error)
 }
 
-// placement is where each sub-group's optimizer side lives: sub-groups
-// [lo, hi) in OptimizerTier, stepped with the scheduler's
-// hyperparameters; the rest on the device (partial offload only).
-type placement struct {
-	lo, hi    int // the sub-groups in OptimizerTier
-	tierElems int // their elements
-	devElems  int // the other sub-groups' elements, on the device
+// optimStore holds the sub-groups' fp32 master partitions and optimizer
+// state between steps and takes each sub-group's step (package offload:
+// in memory, or in swap files).
+type optimStore interface {
+	// Step steps sub-group g with its gradient partition (the optimizer
+	// given the scheduler's hyperparameters by setHyper where DeepSpeed
+	// does) and returns the stepped master.
+	Step(g int, grad []float32, setHyper func(optim.Optimizer)) ([]float32, error)
+	// MasterParams is every sub-group's master, in place or a copy.
+	MasterParams() ([]float32, error)
+	// WithMaster calls f with every sub-group's master (a temporary,
+	// accounted, where it is not in memory).
+	WithMaster(f func(master []float32) error) error
+	Export(g int) (zcore.GroupState, error)
+	View(g int) (zcore.GroupState, error)
+	Import(g int, gs zcore.GroupState) error
+	Scan(visit func(group int, name, file string, values []float32) error) error
+	Optimizer() optim.Optimizer
+	Optimizers() []optim.Optimizer
+	// BeginLoad starts a checkpoint's load into the store's own storage,
+	// if check passes, and reports whether it takes one (load.go): then LoadTensor takes
+	// each fp32 tensor (a master also goes to putMaster), EndLoad waits
+	// for them, and ImportLoaded completes the load with the step counts
+	// after check; false where a loader reads into View's buffers and
+	// Import takes them.
+	BeginLoad(check func() error) (bool, error)
+	LoadTensor(g int, name string, read func(dst []float32) error, putMaster func(master []float32) error) error
+	EndLoad(err error) error
+	ImportLoaded(groups []zcore.GroupState, check func(incomplete error) error) error
+	Close()
 }
 
-// place computes the placement of lay's sub-groups: every one in
+var (
+	_ optimStore = (*offload.MemoryOptim)(nil)
+	_ optimStore = (*offload.SwappedOptim)(nil)
+)
+
+// placement is where the sub-groups' optimizer side lives: every one in
 // OptimizerTier unless c.Partial says otherwise.
-func place(lay partition.Stage3Layout, c Config) (placement, error) {
-	k := len(lay.SubGroups)
-	p := placement{hi: k}
+func placement(lay partition.Stage3Layout, c Config) (offload.Placement, error) {
+	lo, hi := 0, len(lay.SubGroups)
 	if c.Partial != nil {
+		if c.Swap != nil {
+			return offload.Placement{}, errors.New("stage 3: partial optimizer offload and NVMe optimizer swap together")
+		}
 		if !(c.Partial.Ratio >= 0 && c.Partial.Ratio <= 1) || c.Partial.NewOptimizer == nil {
-			return p, fmt.Errorf("stage 3: partial offload needs a ratio in [0, 1] and a device optimizer, got %+v", *c.Partial)
+			return offload.Placement{}, fmt.Errorf("stage 3: partial offload needs a ratio in [0, 1] and a device optimizer, got %+v", *c.Partial)
 		}
-		p.lo, p.hi = c.Partial.Order.HostSubGroups(k, c.Partial.Ratio)
+		lo, hi = c.Partial.Order.HostSubGroups(len(lay.SubGroups), c.Partial.Ratio)
 	}
-	for g := range k {
-		if p.inOptimizerTier(g) {
-			p.tierElems += lay.SubGroupNumel(g)
-		} else {
-			p.devElems += lay.SubGroupNumel(g)
+	return offload.Place(lay, c.OptimizerTier, lo, hi), nil
+}
+
+// newOptimStore builds the optimizer-state store the configuration asks
+// for, its masters initialized from work (which is the master itself
+// when shared: fp32 training without offload).
+func (s *Strategy) newOptimStore(work []float32, shared bool) (optimStore, error) {
+	oc := offload.OptimConfig{Acct: s.o.Acct, Layout: s.lay, Place: s.place, NewOptimizer: s.o.NewOptimizer, Trace: s.trace}
+	if s.c.Partial != nil {
+		oc.NewDeviceOptimizer = s.c.Partial.NewOptimizer
+	}
+	if s.c.Swap != nil {
+		st, err := offload.NewSwappedOptim(oc, work, s.c.Swap)
+		if err != nil {
+			return nil, err // not a typed nil in the interface
 		}
+		return st, nil
 	}
-	return p, nil
-}
-
-// inOptimizerTier reports whether sub-group g lives in OptimizerTier and
-// is stepped by zcore.Options.NewOptimizer's optimizer, with the
-// scheduler's hyperparameters (every sub-group without partial offload).
-func (p placement) inOptimizerTier(g int) bool { return g >= p.lo && g < p.hi }
-
-// allocSide allocates a rank-local buffer of the optimizer side (master
-// or gradient partitions, one element per element of the flat buffer),
-// accounted in category c: the elements of the sub-groups in
-// OptimizerTier there, the others' on the device.
-func (s *Strategy) allocSide(c mem.Category) ([]float32, error) {
-	if err := s.o.Acct.Reserve(c, s.c.OptimizerTier, 4*int64(s.place.tierElems)); err != nil {
-		return nil, err
-	}
-	if err := s.o.Acct.Reserve(c, mem.Device, 4*int64(s.place.devElems)); err != nil {
-		s.o.Acct.Release(c, s.c.OptimizerTier, 4*int64(s.place.tierElems))
-		return nil, err
-	}
-	return make([]float32, s.place.tierElems+s.place.devElems), nil
-}
-
-// freeSide releases a buffer allocSide returned.
-func (s *Strategy) freeSide(c mem.Category) {
-	s.o.Acct.Release(c, s.c.OptimizerTier, 4*int64(s.place.tierElems))
-	s.o.Acct.Release(c, mem.Device, 4*int64(s.place.devElems))
-}
-
-// newSubGroupOptimizer builds sub-group g's optimizer in its tier.
-func (s *Strategy) newSubGroupOptimizer(g int) (optim.Optimizer, error) {
-	n := s.lay.SubGroupNumel(g)
-	if s.place.inOptimizerTier(g) {
-		return s.o.NewOptimizer(n)
-	}
-	opt, err := s.c.Partial.NewOptimizer(n)
+	st, err := offload.NewMemoryOptim(oc, work, shared)
 	if err != nil {
-		return nil, fmt.Errorf("stage 3: the device optimizer of sub-group %d (partial offload): %w", g, err)
+		return nil, err
 	}
-	return opt, nil
+	return st, nil
 }
