@@ -49,42 +49,7 @@ func (s *Strategy) fresh() error {
 // with offload_param nvme are written to their swap files and their
 // memory handed back. Errors name the sub-group and the tensor.
 func (s *Strategy) LoadTensor(g int, name string, read func(dst []float32) error) error {
-	return s.optim.LoadTensor(g, name, read, func(master []float32) error { return s.loadWork(g, master) })
-}
-
-// loadPiece is the most elements of parameter partitions loadWork makes
-// resident at once with offload_param nvme (32 MiB of them, or one
-// partition when it is larger).
-const loadPiece = 8 << 20
-
-// loadWork puts sub-group g's loaded master into its parameter
-// partitions, rounded to the training dtype. With offload_param nvme
-// that goes a few partitions at a time (loadPiece elements): they are
-// written to their swap files and their memory handed back before the
-// next are filled, so that the partitions resident at once do not grow
-// with the sub-group.
-func (s *Strategy) loadWork(g int, master []float32) error {
-	ids, lo := s.lay.SubGroups[g], s.lay.SubGroupOffset(g)
-	first := 0 // ids[first:k+1] are the partitions of the next piece
-	for k, id := range ids {
-		start, end := s.lay.Offsets[ids[first]], s.lay.Offsets[id]+s.lay.PartitionSizes[id]
-		swapped := s.pswap != nil && s.pswap.sw != nil
-		if k < len(ids)-1 && (!swapped || end-start < loadPiece) {
-			continue
-		}
-		work := s.work[start:end]
-		copy(work, master[start-lo:end-lo])
-		if s.o.Round != nil {
-			s.o.Round(work)
-		}
-		if swapped {
-			if err := s.swapOutParams(ids[first], id); err != nil {
-				return err
-			}
-		}
-		first = k + 1
-	}
-	return nil
+	return s.optim.LoadTensor(g, name, read, func(master []float32) error { return s.params.Load(g, master) })
 }
 
 // EndLoad waits for the writes LoadTensor started and returns what

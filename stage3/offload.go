@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/dszero/dszero/internal/zcore"
+	"github.com/dszero/dszero/mem"
 	"github.com/dszero/dszero/offload"
 	"github.com/dszero/dszero/zero/optim"
 	"github.com/dszero/dszero/zero/partition"
@@ -83,24 +84,87 @@ func placement(lay partition.Stage3Layout, c Config) (offload.Placement, error) 
 	return offload.Place(lay, c.OptimizerTier, lo, hi), nil
 }
 
+// paramStore holds the rank's working partitions (in the training
+// precision) between gathers (package offload: in memory, aliased to the
+// fp32 master, or in swap files).
+type paramStore interface {
+	// Work is the rank-local working partitions, in layout order: New
+	// initializes them, the persistent ones are gathered from it.
+	Work() []float32
+	// Commit moves the initialized partitions to where they live.
+	Commit() error
+	// Read puts parameter i's partition into dst (its gather's input).
+	Read(i int, dst []float32) error
+	// CanReadAhead reports whether ReadAhead could start a read now;
+	// ReadAhead starts reading the partitions of parameters first..last
+	// and returns false once it can start no more; DropAhead abandons
+	// the reads no gather took (readahead.go).
+	CanReadAhead() bool
+	ReadAhead(first, last int) bool
+	DropAhead()
+	// Update writes sub-group g's stepped master into its working
+	// partitions, rounded (and on to where they live).
+	Update(g int, master []float32) error
+	// Load is Update for a master loaded from a checkpoint (load.go),
+	// bounded in what it keeps resident at once where the partitions
+	// live in swap files.
+	Load(g int, master []float32) error
+	TakeReads() offload.Reads
+	Close()
+}
+
+var (
+	_ paramStore = (*offload.MemoryParams)(nil)
+	_ paramStore = (*offload.AliasedParams)(nil)
+	_ paramStore = (*offload.SwappedParams)(nil)
+)
+
+// newParamStore builds the parameter store the configuration asks for.
+func (s *Strategy) newParamStore() (paramStore, error) {
+	names := make([]string, len(s.l.Specs))
+	for i, sp := range s.l.Specs {
+		names[i] = sp.Name
+	}
+	pc := offload.ParamConfig{Acct: s.o.Acct, Layout: s.lay, Persist: s.persist, Names: names, Round: s.o.Round, Tier: s.c.ParamTier, Trace: s.trace}
+	c := s.c
+	switch {
+	case c.ParamSwap != nil:
+		return asParams(offload.NewSwappedParams(pc, c.ParamSwap, c.NoParamReadAhead))
+	case s.o.Round == nil && c.Swap == nil && c.Partial == nil && c.OptimizerTier == mem.Device && c.ParamTier == mem.Device:
+		// fp32 without offload: one buffer is both the working partitions
+		// and the master (offload.AliasedParams).
+		return asParams(offload.NewAliasedParams(pc))
+	}
+	return asParams(offload.NewMemoryParams(pc))
+}
+
 // newOptimStore builds the optimizer-state store the configuration asks
-// for, its masters initialized from work (which is the master itself
-// when shared: fp32 training without offload).
-func (s *Strategy) newOptimStore(work []float32, shared bool) (optimStore, error) {
+// for, its masters initialized from the working partitions (which are
+// the master itself with offload.AliasedParams).
+func (s *Strategy) newOptimStore() (optimStore, error) {
 	oc := offload.OptimConfig{Acct: s.o.Acct, Layout: s.lay, Place: s.place, NewOptimizer: s.o.NewOptimizer, Trace: s.trace}
 	if s.c.Partial != nil {
 		oc.NewDeviceOptimizer = s.c.Partial.NewOptimizer
 	}
 	if s.c.Swap != nil {
-		st, err := offload.NewSwappedOptim(oc, work, s.c.Swap)
-		if err != nil {
-			return nil, err // not a typed nil in the interface
-		}
-		return st, nil
+		return asOptim(offload.NewSwappedOptim(oc, s.params.Work(), s.c.Swap))
 	}
-	st, err := offload.NewMemoryOptim(oc, work, shared)
+	_, shared := s.params.(*offload.AliasedParams)
+	return asOptim(offload.NewMemoryOptim(oc, s.params.Work(), shared))
+}
+
+// asParams and asOptim return a store that failed to build as a nil
+// interface, not one holding a nil pointer (Close must not see it).
+func asParams[P paramStore](p P, err error) (paramStore, error) {
 	if err != nil {
 		return nil, err
 	}
-	return st, nil
+	return p, nil
+}
+
+func asOptim[O optimStore](o O, err error) (optimStore, error) {
+	if err != nil {
+		return nil, err
+	}
+	return o, nil
 }

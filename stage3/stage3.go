@@ -126,13 +126,10 @@ type Strategy struct {
 	unitLo      []int  // model unit → start of its partitions in the rank-local flat buffer
 	unitLen     []int  // model unit → length of its partitions there
 
-	work []float32 // rank-local partitions in the training precision (mem.Params16)
-	// aliased: fp32 training without offload keeps one buffer, the master,
-	// which work is (accounted once, as mem.MasterParams).
-	aliased bool
-	grad    []float32         // rank-local averaged gradient partitions (mem.Grads)
-	optim   optimStore        // the fp32 master partitions and optimizer state
-	place   offload.Placement // the tier of each sub-group's master, gradients and optimizer state
+	params paramStore        // the rank-local partitions in the training precision
+	grad   []float32         // rank-local averaged gradient partitions (mem.Grads)
+	optim  optimStore        // the fp32 master partitions and optimizer state
+	place  offload.Placement // the tier of each sub-group's master, gradients and optimizer state
 
 	full  *zcore.Pages // the parameters the model binds; resident where gathered
 	grads *zcore.Pages // the gradients the model binds; resident where live
@@ -151,8 +148,6 @@ type Strategy struct {
 	waits        Waits           // since the last TakeWaits
 	steps        int             // optimizer steps taken
 	persistBytes int64           // the persistent parameters, always gathered (mem.Gathered)
-	workOnDevice int             // elements of work accounted on the device (the persistent partitions)
-	pswap        *paramSwap      // offload_param nvme; nil otherwise
 	loading      bool            // BeginLoad started a load through LoadTensor (load.go)
 	hpz          *secondary      // ZeRO++ hpZ; nil otherwise
 	qw           *weightQuant    // ZeRO++ qwZ; nil otherwise
@@ -213,56 +208,19 @@ func New(o zcore.Options, c Config) (_ *Strategy, err error) {
 	}
 
 	n := s.lay.RankNumel
-	// In fp32 without offload the working partitions and the fp32 master
-	// hold the same values in the same tier: one buffer serves both (the
-	// master), where DeepSpeed keeps a copy of each (4Ψ/N bytes saved).
-	s.aliased = o.Round == nil && c.Swap == nil && c.ParamSwap == nil && c.Partial == nil &&
-		c.OptimizerTier == mem.Device && c.ParamTier == mem.Device
-	if s.aliased {
-		if err := o.Acct.Reserve(mem.MasterParams, mem.Device, 4*int64(n)); err != nil {
-			s.aliased = false
-			return nil, fmt.Errorf("stage 3: fp32 master partitions, the working ones (%d elements): %w", n, err)
-		}
-		s.work = make([]float32, n)
-	}
-	// The parameter partitions: the persistent ones on the device, the
-	// rest in ParamTier (one buffer, accounted in each tier).
-	if !s.aliased { // else work is the master, allocated above
-		for i, p := range s.persist {
-			if p {
-				s.workOnDevice += s.lay.PartitionSizes[i]
-			}
-		}
-		if err := o.Acct.Reserve(mem.Params16, mem.Device, 4*int64(s.workOnDevice)); err != nil {
-			err = fmt.Errorf("stage 3: persistent parameter partitions (%d elements): %w", s.workOnDevice, err)
-			s.workOnDevice = 0
-			return nil, err
-		}
-		if c.ParamSwap != nil {
-			// On NVMe (the swapper accounts the files): work is resident
-			// only where it is being written.
-			s.pswap = &paramSwap{ahead: make([]*nvme.Handle, len(s.l.Specs))}
-			if s.pswap.pages, err = zcore.NewPages(n); err != nil {
-				return nil, fmt.Errorf("stage 3: parameter partitions: %w", err)
-			}
-			s.work = s.pswap.pages.F32()
-		} else {
-			if err := o.Acct.Reserve(mem.Params16, c.ParamTier, 4*int64(n-s.workOnDevice)); err != nil {
-				return nil, fmt.Errorf("stage 3: parameter partitions (%d elements): %w", n-s.workOnDevice, err)
-			}
-			s.work = make([]float32, n)
-		}
+	if s.params, err = s.newParamStore(); err != nil {
+		return nil, err
 	}
 	if err := s.initPartitions(); err != nil {
 		return nil, err
 	}
 	if o.Round != nil {
-		o.Round(s.work)
+		o.Round(s.params.Work())
 	}
 	if s.grad, err = s.place.Alloc(o.Acct, mem.Grads); err != nil {
 		return nil, fmt.Errorf("stage 3: gradient partitions (%d elements): %w", n, err)
 	}
-	if s.optim, err = s.newOptimStore(s.work, s.aliased); err != nil {
+	if s.optim, err = s.newOptimStore(); err != nil {
 		return nil, err
 	}
 	if s.full, err = zcore.NewPages(s.l.Numel); err != nil {
@@ -274,10 +232,8 @@ func New(o zcore.Options, c Config) (_ *Strategy, err error) {
 	s.pages = zcore.NewPageCache(0) // fitCache lets it grow with what has been live
 	s.full.Recycle(s.pages)
 	s.grads.Recycle(s.pages)
-	if s.pswap != nil {
-		if err := s.initParamSwap(); err != nil {
-			return nil, err
-		}
+	if err := s.params.Commit(); err != nil {
+		return nil, err
 	}
 	if c.HPZ != nil && c.HPZ.Size() > 1 {
 		s.hpz = newSecondary(c.HPZ, len(s.l.Specs), len(s.groups))
@@ -332,9 +288,10 @@ func (s *Strategy) initPartitions() error {
 		o.InitFunc(full)
 		src = full
 	}
+	work := s.params.Work()
 	for i, sp := range s.l.Specs {
 		lo, hi, _ := s.lay.Owned(i, s.rank)
-		dst := s.work[s.lay.Offsets[i] : s.lay.Offsets[i]+hi-lo]
+		dst := work[s.lay.Offsets[i] : s.lay.Offsets[i]+hi-lo]
 		if src != nil {
 			copy(dst, src[sp.Offset+lo:sp.Offset+hi])
 		} else if err := o.InitRange(dst, sp.Offset+lo); err != nil {
@@ -368,6 +325,10 @@ type Waits struct {
 func (s *Strategy) TakeWaits() Waits {
 	w := s.waits
 	s.waits = Waits{}
+	if s.params != nil {
+		r := s.params.TakeReads()
+		w.Read, w.Reads, w.ReadsAhead, w.ReadsReady, w.ReadsUnused = r.Wait, r.Reads, r.Ahead, r.Ready, r.Unused
+	}
 	return w
 }
 
@@ -503,19 +464,8 @@ func (s *Strategy) step(in zcore.StepInput) (zcore.StepResult, error) {
 		if err != nil {
 			return zcore.StepResult{}, err
 		}
-		if !s.aliased {
-			work := s.work[lo : lo+n]
-			copy(work, master)
-			if o.Round != nil {
-				o.Round(work)
-			}
-		}
-		if s.pswap != nil {
-			ids := s.lay.SubGroups[g]
-			s.trace("  swap out sub-group %d's parameter partitions", g)
-			if err := s.swapOutParams(ids[0], ids[len(ids)-1]); err != nil {
-				return zcore.StepResult{}, err
-			}
+		if err := s.params.Update(g, master); err != nil {
+			return zcore.StepResult{}, err
 		}
 	}
 	if s.hpz != nil {
@@ -592,18 +542,9 @@ func (s *Strategy) Close() {
 	if s.optim != nil {
 		s.optim.Close() // kept: a closed store has no optimizers
 	}
-	if s.aliased {
-		s.o.Acct.Release(mem.MasterParams, mem.Device, 4*int64(len(s.work)))
-		s.aliased = false
-	} else if s.pswap != nil {
-		s.pswap.close()
-		s.pswap = nil
-	} else if s.work != nil {
-		s.o.Acct.Release(mem.Params16, s.c.ParamTier, 4*int64(len(s.work)-s.workOnDevice))
+	if s.params != nil {
+		s.params.Close()
 	}
-	s.work = nil
-	s.o.Acct.Release(mem.Params16, mem.Device, 4*int64(s.workOnDevice))
-	s.workOnDevice = 0
 	if s.grad != nil {
 		s.place.Free(s.o.Acct, mem.Grads)
 		s.grad = nil

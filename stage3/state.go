@@ -43,20 +43,11 @@ func (s *Strategy) ImportState(st zcore.StrategyState) error {
 		return err
 	}
 	for g, gs := range st.Groups {
-		lo, n := s.lay.SubGroupOffset(g), want[g]
 		if err := s.optim.Import(g, gs); err != nil {
 			return err
 		}
-		work := s.work[lo : lo+n]
-		copy(work, gs.Master)
-		if s.o.Round != nil {
-			s.o.Round(work)
-		}
-		if s.pswap != nil && s.pswap.sw != nil {
-			ids := s.lay.SubGroups[g]
-			if err := s.swapOutParams(ids[0], ids[len(ids)-1]); err != nil {
-				return err
-			}
+		if err := s.params.Update(g, gs.Master); err != nil {
+			return err
 		}
 	}
 	if s.hpz != nil {

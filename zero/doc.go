@@ -56,7 +56,7 @@
 //	stage3/hooks.go        the hooks: gather a unit's group, reduce its gradients
 //	stage3/fetch.go        need → issue (all-gather) → land; prefetch along the
 //	                       recorded trace; done → release
-//	stage3/paramswap.go    offload_param nvme: a partition read from its swap
+//	offload/paramswap.go   offload_param nvme: a partition read from its swap
 //	                       file into the all-gather, written back after the step
 //	stage3/readahead.go    those reads started ahead of the gather, by the trace
 //	stage3/reduce.go       a unit's gradients averaged and reduce-scattered
