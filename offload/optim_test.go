@@ -398,3 +398,57 @@ func TestSwappedOptimReadError(t *testing.T) {
 		})
 	}
 }
+
+// TestSwappedOptimMasterReadError: the masters read back from swap
+// files that cannot be read (an I/O error, silent corruption, a file
+// removed under the run) are MasterParams' and WithMaster's error,
+// naming the file — never a master that looks like success (issue 24:
+// stage 3's MasterParams once returned an empty one).
+func TestSwappedOptimMasterReadError(t *testing.T) {
+	lay := layout()
+	for _, tc := range []struct {
+		name   string
+		inject func(fsys *nvme.FaultFS, file string) error
+	}{
+		{"EIO", func(fsys *nvme.FaultFS, file string) error {
+			fsys.Inject(nvme.Fault{Ops: nvme.OpRead, Path: "subgroup1.master", Err: syscall.EIO})
+			return nil
+		}},
+		{"corrupt", func(fsys *nvme.FaultFS, file string) error {
+			fsys.Inject(nvme.Fault{Ops: nvme.OpRead, Path: "subgroup1.master", Corrupt: true})
+			return nil
+		}},
+		{"removed", func(fsys *nvme.FaultFS, file string) error { return fsys.Remove(file) }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			acct := mem.NewAccountant(0)
+			fsys := nvme.NewFaultFS(memFS(t))
+			var sw *nvme.Swapper
+			c := offload.OptimConfig{Acct: acct, Layout: lay, Place: offload.Place(lay, mem.PinnedHost, 0, len(lay.SubGroups)), NewOptimizer: optimizers[0].new(acct, mem.PinnedHost)}
+			st, err := offload.NewSwappedOptim(c, make([]float32, lay.RankNumel), swapperOn(fsys, acct, &sw))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer func() {
+				st.Close()
+				checkEmpty(t, acct)
+			}()
+			if m, err := st.MasterParams(); err != nil || len(m) != lay.RankNumel {
+				t.Fatalf("MasterParams before any fault: %d values, %v", len(m), err)
+			}
+			file := sw.Path("subgroup1.master")
+			if err := tc.inject(fsys, file); err != nil {
+				t.Fatal(err)
+			}
+			m, err := st.MasterParams()
+			if err == nil || !strings.Contains(err.Error(), file) || m != nil {
+				t.Errorf("MasterParams over a faulty swap file: %d values, %v; want an error naming %s", len(m), err, file)
+			}
+			called := false
+			err = st.WithMaster(func([]float32) error { called = true; return nil })
+			if err == nil || !strings.Contains(err.Error(), file) || called {
+				t.Errorf("WithMaster over a faulty swap file: called %v, %v; want an error naming %s, f not called", called, err, file)
+			}
+		})
+	}
+}
