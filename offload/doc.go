@@ -46,6 +46,17 @@
 // whatever the tiers. Adding an offload tier is one store here and one
 // line in that builder.
 //
+// # Loading a checkpoint
+//
+// A checkpoint's load reads into what View returns where that is the
+// state itself (the stores in memory), and Import takes it. SwappedOptim
+// has no such buffers: it takes the load tensor by tensor instead
+// (optimload.go: BeginLoad, LoadTensor, EndLoad, ImportLoaded), each
+// read through a buffer of its swapper's pool straight to the tensor's
+// swap file, each master also handed to the parameter store's Load
+// (SwappedParams writes it out a piece at a time), so that a load
+// allocates nothing of the model's size.
+//
 // # Memory
 //
 // Every store accounts what it allocates with the mem.Accountant it is
