@@ -104,6 +104,12 @@
 // load puts each tensor straight into its swap file through a swap buffer
 // (load.go: BeginLoad, LoadTensor, EndLoad, then ImportState).
 //
+// Where those partitions live is not stage 3's business past New: the
+// stage holds a parameter store and an optimizer-state store (package
+// offload: in memory, aliased, partial, in swap files), chosen once from
+// Config in offload.go and called through the small interfaces defined
+// there; the step loop reads the same for every tier.
+//
 // The step, per DeepSpeedZeroOptimizer_Stage3.step: the overflow check
 // (fp16); per sub-group the float64 norms of its parameters' gradient
 // partitions, squared and summed, all-reduced in float64, rooted; the

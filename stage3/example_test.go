@@ -52,7 +52,8 @@ func (h hookLog) AfterBackward(u int) error {
 //
 // Read it beside the code it prints: stage3/hooks.go (the four hooks),
 // fetch.go (need, issue, land, prefetch, done, release), reduce.go
-// (before, after, issue), stage3.go (step) and swap.go (stepSwapped).
+// (before, after, issue), stage3.go (step) and offload/optimswap.go
+// (SwappedOptim.Step).
 func Example_step() {
 	log, err := traceStep(`{
   "train_micro_batch_size_per_gpu": 2, "gradient_accumulation_steps": 1,
@@ -113,7 +114,7 @@ func Example_step() {
 // partitions into its input, from the reads started ahead of it along the
 // trace (stage3/readahead.go) where a swap buffer was free — buffer_count
 // 4 lets three be held at once — and from the file itself otherwise
-// (stage3/paramswap.go readPartition); each sub-group writes its updated
+// (offload/paramswap.go SwappedParams.Read); each sub-group writes its updated
 // parameter partitions back after its optimizer step, and the step ends by
 // reading ahead for the next forward: the reads the first lines take
 // were started at the end of the first step, as the last three lines

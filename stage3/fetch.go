@@ -160,7 +160,7 @@ func (f *fetcher) issue(g int) error {
 		mine := out[rank*ps : (rank+1)*ps]
 		if hpz {
 			copy(mine, s.hpz.bufs[i])
-		} else if err := s.readPartition(i, mine); err != nil {
+		} else if err := s.params.Read(i, mine); err != nil {
 			st.to(gathering)
 			st.flight = fl // landed (and its buffers returned) by Close
 			f.live += n
@@ -294,9 +294,9 @@ func (f *fetcher) gatherPersistent() error {
 	}
 	defer f.putStaging(buf)
 	mine := buf[s.rank*n : (s.rank+1)*n]
-	k := 0
+	k, work := 0, s.params.Work()
 	for _, i := range f.persistent {
-		k += copy(mine[k:], s.work[s.lay.Offsets[i]:s.lay.Offsets[i]+s.lay.PartitionSizes[i]])
+		k += copy(mine[k:], work[s.lay.Offsets[i]:s.lay.Offsets[i]+s.lay.PartitionSizes[i]])
 	}
 	if err := s.o.Comm.AllGather(s.o.Ctx, comm.F32(buf), comm.F32(mine)).Wait(); err != nil {
 		return fmt.Errorf("stage 3: all-gather of the persistent parameters: %w", err)
@@ -538,7 +538,7 @@ func (f *fetcher) end() error {
 		f.state[g].holds = 0
 		f.release(g)
 	}
-	f.s.dropAllAhead()
+	f.s.params.DropAhead()
 	f.to(idle)
 	f.passes++
 	if first != nil {
@@ -578,7 +578,7 @@ func (f *fetcher) adopt() error {
 
 func (f *fetcher) invalidate(msg string) {
 	f.complete = false
-	f.s.dropAllAhead()
+	f.s.params.DropAhead()
 	if w := f.s.c.Warn; w != nil {
 		w(msg)
 	}

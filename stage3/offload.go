@@ -1,9 +1,12 @@
 package stage3
 
 import (
+	"errors"
 	"fmt"
 
+	"github.com/dszero/dszero/internal/zcore"
 	"github.com/dszero/dszero/mem"
+	"github.com/dszero/dszero/offload"
 	"github.com/dszero/dszero/zero/optim"
 	"github.com/dszero/dszero/zero/partition"
 )
@@ -28,71 +31,140 @@ type PartialOffload struct {
 	NewOptimizer func(n int) (optim.Optimizer, error)
 }
 
-// placement is where each sub-group's optimizer side lives: sub-groups
-// [lo, hi) in OptimizerTier, stepped with the scheduler's
-// hyperparameters; the rest on the device (partial offload only).
-type placement struct {
-	lo, hi    int // the sub-groups in OptimizerTier
-	tierElems int // their elements
-	devElems  int // the other sub-groups' elements, on the device
+// optimStore holds the sub-groups' fp32 master partitions and optimizer
+// state between steps and takes each sub-group's step (package offload:
+// in memory, or in swap files).
+type optimStore interface {
+	// Step steps sub-group g with its gradient partition (the optimizer
+	// given the scheduler's hyperparameters by setHyper where DeepSpeed
+	// does) and returns the stepped master.
+	Step(g int, grad []float32, setHyper func(optim.Optimizer)) ([]float32, error)
+	// MasterParams is every sub-group's master, in place or a copy.
+	MasterParams() ([]float32, error)
+	// WithMaster calls f with every sub-group's master (a temporary,
+	// accounted, where it is not in memory).
+	WithMaster(f func(master []float32) error) error
+	Export(g int) (zcore.GroupState, error)
+	View(g int) (zcore.GroupState, error)
+	Import(g int, gs zcore.GroupState) error
+	Scan(visit func(group int, name, file string, values []float32) error) error
+	Optimizer() optim.Optimizer
+	Optimizers() []optim.Optimizer
+	// BeginLoad starts a checkpoint's load into the store's own storage,
+	// if check passes, and reports whether it takes one (load.go): then LoadTensor takes
+	// each fp32 tensor (a master also goes to putMaster), EndLoad waits
+	// for them, and ImportLoaded completes the load with the step counts
+	// after check; false where a loader reads into View's buffers and
+	// Import takes them.
+	BeginLoad(check func() error) (bool, error)
+	LoadTensor(g int, name string, read func(dst []float32) error, putMaster func(master []float32) error) error
+	EndLoad(err error) error
+	ImportLoaded(groups []zcore.GroupState, check func(incomplete error) error) error
+	Close()
 }
 
-// place computes the placement of lay's sub-groups: every one in
+var (
+	_ optimStore = (*offload.MemoryOptim)(nil)
+	_ optimStore = (*offload.SwappedOptim)(nil)
+)
+
+// placement is where the sub-groups' optimizer side lives: every one in
 // OptimizerTier unless c.Partial says otherwise.
-func place(lay partition.Stage3Layout, c Config) (placement, error) {
-	k := len(lay.SubGroups)
-	p := placement{hi: k}
+func placement(lay partition.Stage3Layout, c Config) (offload.Placement, error) {
+	lo, hi := 0, len(lay.SubGroups)
 	if c.Partial != nil {
+		if c.Swap != nil {
+			return offload.Placement{}, errors.New("stage 3: partial optimizer offload and NVMe optimizer swap together")
+		}
 		if !(c.Partial.Ratio >= 0 && c.Partial.Ratio <= 1) || c.Partial.NewOptimizer == nil {
-			return p, fmt.Errorf("stage 3: partial offload needs a ratio in [0, 1] and a device optimizer, got %+v", *c.Partial)
+			return offload.Placement{}, fmt.Errorf("stage 3: partial offload needs a ratio in [0, 1] and a device optimizer, got %+v", *c.Partial)
 		}
-		p.lo, p.hi = c.Partial.Order.HostSubGroups(k, c.Partial.Ratio)
+		lo, hi = c.Partial.Order.HostSubGroups(len(lay.SubGroups), c.Partial.Ratio)
 	}
-	for g := range k {
-		if p.inOptimizerTier(g) {
-			p.tierElems += lay.SubGroupNumel(g)
-		} else {
-			p.devElems += lay.SubGroupNumel(g)
-		}
+	return offload.Place(lay, c.OptimizerTier, lo, hi), nil
+}
+
+// paramStore holds the rank's working partitions (in the training
+// precision) between gathers (package offload: in memory, aliased to the
+// fp32 master, or in swap files).
+type paramStore interface {
+	// Work is the rank-local working partitions, in layout order: New
+	// initializes them, the persistent ones are gathered from it.
+	Work() []float32
+	// Commit moves the initialized partitions to where they live.
+	Commit() error
+	// Read puts parameter i's partition into dst (its gather's input).
+	Read(i int, dst []float32) error
+	// CanReadAhead reports whether ReadAhead could start a read now;
+	// ReadAhead starts reading the partitions of parameters first..last
+	// and returns false once it can start no more; DropAhead abandons
+	// the reads no gather took (readahead.go).
+	CanReadAhead() bool
+	ReadAhead(first, last int) bool
+	DropAhead()
+	// Update writes sub-group g's stepped master into its working
+	// partitions, rounded (and on to where they live).
+	Update(g int, master []float32) error
+	// Load is Update for a master loaded from a checkpoint (load.go),
+	// bounded in what it keeps resident at once where the partitions
+	// live in swap files.
+	Load(g int, master []float32) error
+	TakeReads() offload.Reads
+	Close()
+}
+
+var (
+	_ paramStore = (*offload.MemoryParams)(nil)
+	_ paramStore = (*offload.AliasedParams)(nil)
+	_ paramStore = (*offload.SwappedParams)(nil)
+)
+
+// newParamStore builds the parameter store the configuration asks for.
+func (s *Strategy) newParamStore() (paramStore, error) {
+	names := make([]string, len(s.l.Specs))
+	for i, sp := range s.l.Specs {
+		names[i] = sp.Name
+	}
+	pc := offload.ParamConfig{Acct: s.o.Acct, Layout: s.lay, Persist: s.persist, Names: names, Round: s.o.Round, Tier: s.c.ParamTier, Trace: s.trace}
+	c := s.c
+	switch {
+	case c.ParamSwap != nil:
+		return asParams(offload.NewSwappedParams(pc, c.ParamSwap, c.NoParamReadAhead))
+	case s.o.Round == nil && c.Swap == nil && c.Partial == nil && c.OptimizerTier == mem.Device && c.ParamTier == mem.Device:
+		// fp32 without offload: one buffer is both the working partitions
+		// and the master (offload.AliasedParams).
+		return asParams(offload.NewAliasedParams(pc))
+	}
+	return asParams(offload.NewMemoryParams(pc))
+}
+
+// newOptimStore builds the optimizer-state store the configuration asks
+// for, its masters initialized from the working partitions (which are
+// the master itself with offload.AliasedParams).
+func (s *Strategy) newOptimStore() (optimStore, error) {
+	oc := offload.OptimConfig{Acct: s.o.Acct, Layout: s.lay, Place: s.place, NewOptimizer: s.o.NewOptimizer, Trace: s.trace}
+	if s.c.Partial != nil {
+		oc.NewDeviceOptimizer = s.c.Partial.NewOptimizer
+	}
+	if s.c.Swap != nil {
+		return asOptim(offload.NewSwappedOptim(oc, s.params.Work(), s.c.Swap))
+	}
+	_, shared := s.params.(*offload.AliasedParams)
+	return asOptim(offload.NewMemoryOptim(oc, s.params.Work(), shared))
+}
+
+// asParams and asOptim return a store that failed to build as a nil
+// interface, not one holding a nil pointer (Close must not see it).
+func asParams[P paramStore](p P, err error) (paramStore, error) {
+	if err != nil {
+		return nil, err
 	}
 	return p, nil
 }
 
-// inOptimizerTier reports whether sub-group g lives in OptimizerTier and
-// is stepped by zcore.Options.NewOptimizer's optimizer, with the
-// scheduler's hyperparameters (every sub-group without partial offload).
-func (p placement) inOptimizerTier(g int) bool { return g >= p.lo && g < p.hi }
-
-// allocSide allocates a rank-local buffer of the optimizer side (master
-// or gradient partitions, one element per element of the flat buffer),
-// accounted in category c: the elements of the sub-groups in
-// OptimizerTier there, the others' on the device.
-func (s *Strategy) allocSide(c mem.Category) ([]float32, error) {
-	if err := s.o.Acct.Reserve(c, s.c.OptimizerTier, 4*int64(s.place.tierElems)); err != nil {
-		return nil, err
-	}
-	if err := s.o.Acct.Reserve(c, mem.Device, 4*int64(s.place.devElems)); err != nil {
-		s.o.Acct.Release(c, s.c.OptimizerTier, 4*int64(s.place.tierElems))
-		return nil, err
-	}
-	return make([]float32, s.place.tierElems+s.place.devElems), nil
-}
-
-// freeSide releases a buffer allocSide returned.
-func (s *Strategy) freeSide(c mem.Category) {
-	s.o.Acct.Release(c, s.c.OptimizerTier, 4*int64(s.place.tierElems))
-	s.o.Acct.Release(c, mem.Device, 4*int64(s.place.devElems))
-}
-
-// newSubGroupOptimizer builds sub-group g's optimizer in its tier.
-func (s *Strategy) newSubGroupOptimizer(g int) (optim.Optimizer, error) {
-	n := s.lay.SubGroupNumel(g)
-	if s.place.inOptimizerTier(g) {
-		return s.o.NewOptimizer(n)
-	}
-	opt, err := s.c.Partial.NewOptimizer(n)
+func asOptim[O optimStore](o O, err error) (optimStore, error) {
 	if err != nil {
-		return nil, fmt.Errorf("stage 3: the device optimizer of sub-group %d (partial offload): %w", g, err)
+		return nil, err
 	}
-	return opt, nil
+	return o, nil
 }

@@ -9,7 +9,8 @@ package stage3
 // needs, after the step has written the new partitions) it starts
 // reading, from their swap files, the partitions of the next groups that
 // are neither gathered nor being gathered: nvme.Swapper.Prefetch, into a
-// buffer of the swapper's pool that the stage then holds. The window is
+// buffer of the swapper's pool that the parameter store
+// (offload.SwappedParams) then holds. The window is
 // the trace from that point on, skipping the groups gathered or in
 // flight (as prefetch does), up to 2 × stage3_prefetch_bucket_size
 // elements of groups still to gather — what the next two prefetches will
@@ -25,7 +26,7 @@ package stage3
 // buffers of the largest partition). Reading ahead adds no memory: it
 // only uses buffers that would otherwise sit idle.
 //
-// When the group's gather is issued, readPartition waits for the read
+// When the group's gather is issued, the store's Read waits for the read
 // (usually landed by then) and copies the buffer into the all-gather's
 // input, as SwapIn would have; the read's error, an *nvme.IOError naming
 // the key and the file, is that gather's error. A read that no gather
@@ -40,12 +41,12 @@ package stage3
 // ahead and every partition is read when its gather is issued.
 
 // readAhead starts reading the partitions of the groups the trace needs
-// from position from on (see above). It does nothing without a trace,
-// without parameter swap files, or with every read-ahead buffer held.
+// from position from on (see above). It does nothing without a trace, or
+// when the parameter store cannot read ahead (in memory, every
+// read-ahead buffer held).
 func (f *fetcher) readAhead(from int) {
 	s := f.s
-	ps := s.pswap
-	if ps == nil || ps.sw == nil || !f.complete || ps.held >= ps.limit {
+	if !f.complete || !s.params.CanReadAhead() {
 		return
 	}
 	window := 2 * s.c.PrefetchBucketSize
@@ -56,51 +57,8 @@ func (f *fetcher) readAhead(from int) {
 			continue // gathered, or gathered without a read
 		}
 		n += f.gatherable(g)
-		gr := &s.groups[g]
-		for i := gr.First; i <= gr.Last; i++ {
-			if s.persist[i] || ps.ahead[i] != nil {
-				continue
-			}
-			if ps.held >= ps.limit {
-				return
-			}
-			h, err := ps.sw.Prefetch(paramKey(i))
-			if err != nil {
-				// No buffer (held < limit makes that impossible) or a
-				// closed swapper: the gather reads the partition itself
-				// and reports what is wrong.
-				return
-			}
-			s.trace("read ahead the partition of %s", s.l.Specs[i].Name)
-			ps.ahead[i] = h
-			ps.held++
+		if !s.params.ReadAhead(s.groups[g].First, s.groups[g].Last) {
+			return // every read-ahead buffer held
 		}
-	}
-}
-
-// dropAhead abandons the read ahead of parameter i's partition, if any:
-// waits for it and hands its buffer back.
-func (s *Strategy) dropAhead(i int) {
-	ps := s.pswap
-	h := ps.ahead[i]
-	if h == nil {
-		return
-	}
-	h.Wait() // nothing uses the data, nor its error (see above)
-	s.trace("drop the unused read ahead of %s", s.l.Specs[i].Name)
-	ps.sw.Release(h.Buffer())
-	ps.ahead[i] = nil
-	ps.held--
-	s.waits.ReadsUnused++
-}
-
-// dropAllAhead abandons every read ahead (the end of a pass, a departure
-// from the trace).
-func (s *Strategy) dropAllAhead() {
-	if s.pswap == nil || s.pswap.held == 0 {
-		return
-	}
-	for i := range s.pswap.ahead {
-		s.dropAhead(i)
 	}
 }

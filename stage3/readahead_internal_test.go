@@ -15,6 +15,7 @@ import (
 	"github.com/dszero/dszero/mem"
 	"github.com/dszero/dszero/model"
 	"github.com/dszero/dszero/nvme"
+	"github.com/dszero/dszero/offload"
 	"github.com/dszero/dszero/zero/optim"
 	"github.com/google/go-cmp/cmp"
 )
@@ -394,7 +395,7 @@ func TestParamReadAheadDeparture(t *testing.T) {
 			if err := pass(r.s, calls, want); err != nil {
 				return fmt.Errorf("pass %d: %w", p+1, err)
 			}
-			if held := r.s.pswap.held; held != 0 {
+			if held := r.s.params.(*offload.SwappedParams).Held(); held != 0 {
 				return fmt.Errorf("pass %d: %d reads ahead held after the pass", p+1, held)
 			}
 			if w := r.s.TakeWaits(); c.Rank() == 0 {

@@ -1,7 +1,6 @@
 package stage3
 
 import (
-	"errors"
 	"fmt"
 	"math"
 	"time"
@@ -11,6 +10,7 @@ import (
 	"github.com/dszero/dszero/mem"
 	"github.com/dszero/dszero/model"
 	"github.com/dszero/dszero/nvme"
+	"github.com/dszero/dszero/offload"
 	"github.com/dszero/dszero/zero/lossscale"
 	"github.com/dszero/dszero/zero/optim"
 	"github.com/dszero/dszero/zero/partition"
@@ -126,14 +126,10 @@ type Strategy struct {
 	unitLo      []int  // model unit → start of its partitions in the rank-local flat buffer
 	unitLen     []int  // model unit → length of its partitions there
 
-	work   []float32 // rank-local partitions in the training precision (mem.Params16)
-	master []float32 // rank-local fp32 master partitions (mem.MasterParams)
-	// aliased: fp32 training without offload keeps one buffer, the master,
-	// which work is (accounted once, as mem.MasterParams).
-	aliased bool
-	grad    []float32 // rank-local averaged gradient partitions (mem.Grads)
-	opts    []optim.Optimizer
-	place   placement // the tier of each sub-group's master, gradients and optimizer state
+	params paramStore        // the rank-local partitions in the training precision
+	grad   []float32         // rank-local averaged gradient partitions (mem.Grads)
+	optim  optimStore        // the fp32 master partitions and optimizer state
+	place  offload.Placement // the tier of each sub-group's master, gradients and optimizer state
 
 	full  *zcore.Pages // the parameters the model binds; resident where gathered
 	grads *zcore.Pages // the gradients the model binds; resident where live
@@ -152,10 +148,7 @@ type Strategy struct {
 	waits        Waits           // since the last TakeWaits
 	steps        int             // optimizer steps taken
 	persistBytes int64           // the persistent parameters, always gathered (mem.Gathered)
-	workOnDevice int             // elements of work accounted on the device (the persistent partitions)
-	swap         *swapState      // offload_optimizer nvme; nil otherwise
-	pswap        *paramSwap      // offload_param nvme; nil otherwise
-	load         *swapLoad       // a checkpoint's load into the swap files (load.go); nil otherwise
+	loading      bool            // BeginLoad started a load through LoadTensor (load.go)
 	hpz          *secondary      // ZeRO++ hpZ; nil otherwise
 	qw           *weightQuant    // ZeRO++ qwZ; nil otherwise
 	qg           *gradQuant      // ZeRO++ qgZ; nil otherwise
@@ -191,10 +184,7 @@ func New(o zcore.Options, c Config) (_ *Strategy, err error) {
 		ps[i] = partition.Param{Name: sp.Name, Numel: sp.Numel}
 	}
 	s.lay = partition.Stage3(ps, s.world, c.SubGroupSize)
-	if c.Partial != nil && c.Swap != nil {
-		return nil, errors.New("stage 3: partial optimizer offload and NVMe optimizer swap together")
-	}
-	if s.place, err = place(s.lay, c); err != nil {
+	if s.place, err = placement(s.lay, c); err != nil {
 		return nil, err
 	}
 	s.groups = Groups(s.l, c.Wrap)
@@ -218,74 +208,20 @@ func New(o zcore.Options, c Config) (_ *Strategy, err error) {
 	}
 
 	n := s.lay.RankNumel
-	// In fp32 without offload the working partitions and the fp32 master
-	// hold the same values in the same tier: one buffer serves both (the
-	// master), where DeepSpeed keeps a copy of each (4Ψ/N bytes saved).
-	s.aliased = o.Round == nil && c.Swap == nil && c.ParamSwap == nil && c.Partial == nil &&
-		c.OptimizerTier == mem.Device && c.ParamTier == mem.Device
-	if s.aliased {
-		if err := o.Acct.Reserve(mem.MasterParams, mem.Device, 4*int64(n)); err != nil {
-			s.aliased = false
-			return nil, fmt.Errorf("stage 3: fp32 master partitions, the working ones (%d elements): %w", n, err)
-		}
-		s.work = make([]float32, n)
-		s.master = s.work
-	}
-	// The parameter partitions: the persistent ones on the device, the
-	// rest in ParamTier (one buffer, accounted in each tier).
-	if !s.aliased { // else work is the master, allocated above
-		for i, p := range s.persist {
-			if p {
-				s.workOnDevice += s.lay.PartitionSizes[i]
-			}
-		}
-		if err := o.Acct.Reserve(mem.Params16, mem.Device, 4*int64(s.workOnDevice)); err != nil {
-			err = fmt.Errorf("stage 3: persistent parameter partitions (%d elements): %w", s.workOnDevice, err)
-			s.workOnDevice = 0
-			return nil, err
-		}
-		if c.ParamSwap != nil {
-			// On NVMe (the swapper accounts the files): work is resident
-			// only where it is being written.
-			s.pswap = &paramSwap{ahead: make([]*nvme.Handle, len(s.l.Specs))}
-			if s.pswap.pages, err = zcore.NewPages(n); err != nil {
-				return nil, fmt.Errorf("stage 3: parameter partitions: %w", err)
-			}
-			s.work = s.pswap.pages.F32()
-		} else {
-			if err := o.Acct.Reserve(mem.Params16, c.ParamTier, 4*int64(n-s.workOnDevice)); err != nil {
-				return nil, fmt.Errorf("stage 3: parameter partitions (%d elements): %w", n-s.workOnDevice, err)
-			}
-			s.work = make([]float32, n)
-		}
+	if s.params, err = s.newParamStore(); err != nil {
+		return nil, err
 	}
 	if err := s.initPartitions(); err != nil {
 		return nil, err
 	}
 	if o.Round != nil {
-		o.Round(s.work)
+		o.Round(s.params.Work())
 	}
-	if s.grad, err = s.allocSide(mem.Grads); err != nil {
+	if s.grad, err = s.place.Alloc(o.Acct, mem.Grads); err != nil {
 		return nil, fmt.Errorf("stage 3: gradient partitions (%d elements): %w", n, err)
 	}
-	if c.Swap != nil {
-		if err := s.initSwap(); err != nil {
-			return nil, err
-		}
-	} else {
-		if !s.aliased {
-			if s.master, err = s.allocSide(mem.MasterParams); err != nil {
-				return nil, fmt.Errorf("stage 3: fp32 master partitions (%d elements): %w", n, err)
-			}
-			copy(s.master, s.work)
-		}
-		for g := range s.lay.SubGroups {
-			opt, err := s.newSubGroupOptimizer(g)
-			if err != nil {
-				return nil, err
-			}
-			s.opts = append(s.opts, opt)
-		}
+	if s.optim, err = s.newOptimStore(); err != nil {
+		return nil, err
 	}
 	if s.full, err = zcore.NewPages(s.l.Numel); err != nil {
 		return nil, fmt.Errorf("stage 3: gathered parameter buffer: %w", err)
@@ -296,10 +232,8 @@ func New(o zcore.Options, c Config) (_ *Strategy, err error) {
 	s.pages = zcore.NewPageCache(0) // fitCache lets it grow with what has been live
 	s.full.Recycle(s.pages)
 	s.grads.Recycle(s.pages)
-	if s.pswap != nil {
-		if err := s.initParamSwap(); err != nil {
-			return nil, err
-		}
+	if err := s.params.Commit(); err != nil {
+		return nil, err
 	}
 	if c.HPZ != nil && c.HPZ.Size() > 1 {
 		s.hpz = newSecondary(c.HPZ, len(s.l.Specs), len(s.groups))
@@ -354,9 +288,10 @@ func (s *Strategy) initPartitions() error {
 		o.InitFunc(full)
 		src = full
 	}
+	work := s.params.Work()
 	for i, sp := range s.l.Specs {
 		lo, hi, _ := s.lay.Owned(i, s.rank)
-		dst := s.work[s.lay.Offsets[i] : s.lay.Offsets[i]+hi-lo]
+		dst := work[s.lay.Offsets[i] : s.lay.Offsets[i]+hi-lo]
 		if src != nil {
 			copy(dst, src[sp.Offset+lo:sp.Offset+hi])
 		} else if err := o.InitRange(dst, sp.Offset+lo); err != nil {
@@ -390,6 +325,10 @@ type Waits struct {
 func (s *Strategy) TakeWaits() Waits {
 	w := s.waits
 	s.waits = Waits{}
+	if s.params != nil {
+		r := s.params.TakeReads()
+		w.Read, w.Reads, w.ReadsAhead, w.ReadsReady, w.ReadsUnused = r.Wait, r.Reads, r.Ahead, r.Ready, r.Unused
+	}
 	return w
 }
 
@@ -426,32 +365,22 @@ func (s *Strategy) ModelBuffers() ([]float32, []float32) { return s.full.F32(), 
 // partition in order with its padding (partition.Stage3Layout); the offset
 // is 0: a stage 3 partition is not one range of the flat buffer.
 func (s *Strategy) MasterParams() (int, []float32, error) {
-	if s.swap == nil {
-		return 0, s.master, nil
-	}
-	m := make([]float32, s.lay.RankNumel) // read back from the swap files
-	if err := s.swappedMaster(m); err != nil {
-		return 0, nil, fmt.Errorf("stage 3: reading the fp32 master partitions back from their swap files: %w", err)
+	m, err := s.optim.MasterParams()
+	if err != nil {
+		return 0, nil, err
 	}
 	return 0, m, nil
 }
 
 // Optimizer is the optimizer of the first sub-group in OptimizerTier (all
 // of them share their hyperparameters; with partial offload the device
-// sub-groups' backup optimizers are another kind); Optimizers lists every
-// sub-group's.
-func (s *Strategy) Optimizer() optim.Optimizer {
-	switch {
-	case len(s.opts) == 0:
-		return nil // on NVMe between steps
-	case s.place.lo < s.place.hi:
-		return s.opts[s.place.lo]
-	}
-	return s.opts[0]
-}
+// sub-groups' backup optimizers are another kind; nil with
+// offload_optimizer nvme, where they exist only while they step);
+// Optimizers lists every sub-group's.
+func (s *Strategy) Optimizer() optim.Optimizer { return s.optim.Optimizer() }
 
 // Optimizers are the sub-groups' optimizers, in order.
-func (s *Strategy) Optimizers() []optim.Optimizer { return s.opts }
+func (s *Strategy) Optimizers() []optim.Optimizer { return s.optim.Optimizers() }
 
 // Step takes the optimizer step, sub-group by sub-group, with the
 // gradients reduce-scattered since the last step, as
@@ -531,33 +460,12 @@ func (s *Strategy) step(in zcore.StepInput) (zcore.StepResult, error) {
 		s.trace("step sub-group %d (%d elements)", g, n)
 		grad := s.grad[lo : lo+n]
 		o.Pool.Scale(grad, factor)
-		var master []float32
-		if s.swap != nil {
-			var err error
-			if master, err = s.stepSwapped(g, grad, in.SetHyperparams); err != nil {
-				return zcore.StepResult{}, err
-			}
-		} else {
-			master = s.master[lo : lo+n]
-			if s.place.inOptimizerTier(g) {
-				in.SetHyperparams(s.opts[g]) // not DeepSpeed's backup AdamW of partial offload
-			}
-			s.trace("  %s step of sub-group %d", s.opts[g].Name(), g)
-			s.opts[g].Step(master, grad)
+		master, err := s.optim.Step(g, grad, in.SetHyperparams)
+		if err != nil {
+			return zcore.StepResult{}, err
 		}
-		if !s.aliased {
-			work := s.work[lo : lo+n]
-			copy(work, master)
-			if o.Round != nil {
-				o.Round(work)
-			}
-		}
-		if s.pswap != nil {
-			ids := s.lay.SubGroups[g]
-			s.trace("  swap out sub-group %d's parameter partitions", g)
-			if err := s.swapOutParams(ids[0], ids[len(ids)-1]); err != nil {
-				return zcore.StepResult{}, err
-			}
+		if err := s.params.Update(g, master); err != nil {
+			return zcore.StepResult{}, err
 		}
 	}
 	if s.hpz != nil {
@@ -616,24 +524,14 @@ func (s *Strategy) GatherMaster(dst []float32) error {
 	if len(dst) != s.l.Numel {
 		return fmt.Errorf("stage 3: GatherMaster into %d elements for a model of %d", len(dst), s.l.Numel)
 	}
-	master := s.master
-	if s.swap != nil {
-		tmp, err := s.o.Acct.F32(mem.Temp, s.c.OptimizerTier, s.lay.RankNumel)
-		if err != nil {
-			return fmt.Errorf("stage 3: reading the fp32 master partitions back: %w", err)
+	return s.optim.WithMaster(func(master []float32) error {
+		for u := range s.l.Units {
+			if err := s.f.gatherUnit(dst, master, u); err != nil {
+				return fmt.Errorf("stage 3: gathering the fp32 master parameters of unit %q: %w", s.l.Units[u].Name, err)
+			}
 		}
-		defer s.o.Acct.FreeF32(mem.Temp, s.c.OptimizerTier, tmp)
-		if err := s.swappedMaster(tmp); err != nil {
-			return err
-		}
-		master = tmp
-	}
-	for u := range s.l.Units {
-		if err := s.f.gatherUnit(dst, master, u); err != nil {
-			return fmt.Errorf("stage 3: gathering the fp32 master parameters of unit %q: %w", s.l.Units[u].Name, err)
-		}
-	}
-	return nil
+		return nil
+	})
 }
 
 // Close returns every buffer to the accountant; collectives still in
@@ -641,34 +539,15 @@ func (s *Strategy) GatherMaster(dst []float32) error {
 func (s *Strategy) Close() {
 	s.r.close()
 	s.f.close()
-	for _, opt := range s.opts {
-		opt.Free()
+	if s.optim != nil {
+		s.optim.Close() // kept: a closed store has no optimizers
 	}
-	s.opts = nil
-	if s.swap != nil {
-		s.swap.close(s.o.Acct, s.c.OptimizerTier)
-		s.swap = nil
+	if s.params != nil {
+		s.params.Close()
 	}
-	if s.aliased {
-		s.o.Acct.Release(mem.MasterParams, mem.Device, 4*int64(len(s.master)))
-		s.master, s.aliased = nil, false
-	} else if s.pswap != nil {
-		s.pswap.close()
-		s.pswap = nil
-	} else if s.work != nil {
-		s.o.Acct.Release(mem.Params16, s.c.ParamTier, 4*int64(len(s.work)-s.workOnDevice))
-	}
-	s.work = nil
-	s.o.Acct.Release(mem.Params16, mem.Device, 4*int64(s.workOnDevice))
-	s.workOnDevice = 0
-	for _, b := range []struct {
-		c mem.Category
-		p *[]float32
-	}{{mem.MasterParams, &s.master}, {mem.Grads, &s.grad}} {
-		if *b.p != nil {
-			s.freeSide(b.c)
-			*b.p = nil
-		}
+	if s.grad != nil {
+		s.place.Free(s.o.Acct, mem.Grads)
+		s.grad = nil
 	}
 	if s.hpz != nil {
 		s.hpz.drop(s.o.Acct)

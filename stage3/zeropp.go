@@ -169,7 +169,7 @@ func (f *fetcher) gatherQuantized(fl *flight, g int, c comm.Comm, world, rank in
 			dst := mine[off : off+ps]
 			if hpz {
 				copy(dst, s.hpz.bufs[i])
-			} else if err := s.readPartition(i, dst); err != nil {
+			} else if err := s.params.Read(i, dst); err != nil {
 				return err
 			}
 			off += ps

@@ -56,13 +56,14 @@
 //	stage3/hooks.go        the hooks: gather a unit's group, reduce its gradients
 //	stage3/fetch.go        need → issue (all-gather) → land; prefetch along the
 //	                       recorded trace; done → release
-//	stage3/paramswap.go    offload_param nvme: a partition read from its swap
+//	offload/paramswap.go   offload_param nvme: a partition read from its swap
 //	                       file into the all-gather, written back after the step
 //	stage3/readahead.go    those reads started ahead of the gather, by the trace
 //	stage3/reduce.go       a unit's gradients averaged and reduce-scattered
 //	zero/engine.go         Engine.Step: loss scale, lr, the strategy's step
 //	stage3/stage3.go       step: the norm, clipping, sub-group by sub-group
-//	stage3/swap.go         a sub-group's master and state swapped in and out
+//	offload/optimswap.go   offload_optimizer nvme: a sub-group's master and
+//	                       state swapped in and out around its step
 //	zero/optim/adam.go     the update itself
 //
 // stage3's Example_step prints that order for one step of a 3-unit model

@@ -12,6 +12,7 @@ import (
 	"github.com/dszero/dszero/mem"
 	"github.com/dszero/dszero/model"
 	"github.com/dszero/dszero/nvme"
+	"github.com/dszero/dszero/offload"
 	"github.com/dszero/dszero/stage1"
 	"github.com/dszero/dszero/stage2"
 	"github.com/dszero/dszero/stage3"
@@ -187,38 +188,7 @@ func NewEngine(plan dsconfig.Plan, o Options) (*Engine, error) {
 func newStage3(plan dsconfig.Plan, o Options, so StrategyOptions, c comm.Comm) (*stage3.Strategy, error) {
 	cfg := stage3Config(plan, o)
 	cfg.Partial = partialOffload(plan, o.Version, so.Acct, so.Pool)
-	if plan.Zero.OffloadOptimizer.Device == dsconfig.OffloadNVMe {
-		rank := c.Rank()
-		cfg.Swap = func(largest, total int64) (*nvme.Swapper, error) {
-			opts, err := nvme.OptimizerOptions(plan, rank, largest, total)
-			if err != nil {
-				return nil, err
-			}
-			fsys := o.SwapFS
-			if fsys == nil {
-				fsys = nvme.NewOSFS()
-			}
-			return nvme.New(fsys, o.Acct, opts)
-		}
-	}
-	if plan.Zero.OffloadParam.Device == dsconfig.OffloadNVMe {
-		rank := c.Rank()
-		cfg.ParamSwap = func(largest, total int64) (*nvme.Swapper, error) {
-			opts, err := nvme.ParamOptions(plan, rank, 4, total)
-			if err != nil {
-				return nil, err
-			}
-			if largest > opts.BufferBytes {
-				return nil, fmt.Errorf("zero_optimization.offload_param.buffer_size %d elements is smaller than this rank's largest parameter partition (%d elements): raise buffer_size", plan.Zero.OffloadParam.BufferSize, largest/4)
-			}
-			opts.BufferBytes = largest // buffers of the largest partition suffice (DeepSpeed allocates buffer_size)
-			fsys := o.SwapFS
-			if fsys == nil {
-				fsys = nvme.NewOSFS()
-			}
-			return nvme.New(fsys, o.Acct, opts)
-		}
-	}
+	cfg.Swap, cfg.ParamSwap = offload.Swappers(plan, c.Rank(), o.SwapFS, o.Acct)
 	if h := int(plan.Zero.HPZPartitionSize); h > 1 && h < c.Size() {
 		if c.Size()%h != 0 {
 			return nil, fmt.Errorf("%s: zero_hpz_partition_size %d does not divide the world of %d ranks", plan.File, h, c.Size())
