@@ -50,12 +50,12 @@ type optimStore interface {
 	Scan(visit func(group int, name, file string, values []float32) error) error
 	Optimizer() optim.Optimizer
 	Optimizers() []optim.Optimizer
-	// BeginLoad starts a checkpoint's load into the store's own storage,
-	// if check passes, and reports whether it takes one (load.go): then LoadTensor takes
-	// each fp32 tensor (a master also goes to putMaster), EndLoad waits
-	// for them, and ImportLoaded completes the load with the step counts
-	// after check; false where a loader reads into View's buffers and
-	// Import takes them.
+	// BeginLoad starts a checkpoint's load into the store's own
+	// storage, if check passes, and reports whether it takes one
+	// (load.go): then LoadTensor takes each fp32 tensor (a master also
+	// goes to putMaster), EndLoad waits for them, and ImportLoaded
+	// completes the load with the step counts after its check; false
+	// where a loader reads into View's buffers and Import takes them.
 	BeginLoad(check func() error) (bool, error)
 	LoadTensor(g int, name string, read func(dst []float32) error, putMaster func(master []float32) error) error
 	EndLoad(err error) error
