@@ -7,19 +7,27 @@ import (
 	"hash"
 	"os"
 	"path/filepath"
+	"sync/atomic"
 )
 
 // Writing a file at disk speed. WriteFile writes the archive through one
-// I/O buffer of WriteOptions.BufferSize bytes, in two halves: while one
-// half is on its way to the disk (a background write), the next is filled
-// and hashed, so the sha256 of the file costs no time of its own. The
-// halves are aligned to 4 KiB and written whole with O_DIRECT where the
-// filesystem allows it (Linux; not tmpfs), so the bytes go from the buffer
-// to the disk without filling the page cache, in writes as large as half
-// the buffer; the file's tail, under 4 KiB, is written without O_DIRECT.
-// Where O_DIRECT is refused — at open or at the first write (EINVAL) — the
-// file is written through the page cache with the same large writes:
-// nothing else changes. The file is fsynced once, at its end.
+// I/O buffer of WriteOptions.BufferSize bytes, cut into a ring of
+// ringBlocks blocks, in a pipeline of three goroutines: the caller copies
+// the archive's bytes into a free block; a hasher adds each full block to
+// the file's sha256; a writer writes the hashed blocks in order and hands
+// them back to be filled again. Copying, hashing and the disk's writes
+// thus overlap, and the sha256 of the file costs no time of its own where
+// the disk is slower than the hash. The blocks are aligned to 4 KiB and
+// written whole with O_DIRECT where the filesystem allows it (Linux; not
+// tmpfs), so the bytes go from the buffer to the disk without filling the
+// page cache, in writes of a block each; the file's tail, under a block
+// and not a multiple of 4 KiB, is written without O_DIRECT. Where O_DIRECT
+// is refused — at open or at the first write (EINVAL) — the file is
+// written through the page cache with the same large writes: nothing else
+// changes. The writer keeps the first error, writes nothing after it and
+// goes on handing blocks back, so the caller's next Write returns the
+// error and close never waits on a stuck pipeline. The file is fsynced
+// once, at its end.
 //
 // Storages with a Source are read from it in pieces of sourcePiece bytes
 // (once for the entry's CRC-32, once to write it); a Float32Source on a
@@ -30,15 +38,20 @@ import (
 // WriteOptions tune WriteFile; the zero value is the default.
 type WriteOptions struct {
 	// BufferSize is the I/O buffer's size in bytes, rounded up to a
-	// multiple of 8 KiB (default DefaultBufferSize): each write the disk
-	// sees is half of it.
+	// multiple of ringBlocks×4 KiB (default DefaultBufferSize): each write
+	// the disk sees is a ringBlocks-th of it.
 	BufferSize int
 	// NoDirect writes through the page cache, never with O_DIRECT.
 	NoDirect bool
 }
 
 // DefaultBufferSize is WriteOptions.BufferSize's default.
-const DefaultBufferSize = 4 << 20
+const DefaultBufferSize = 16 << 20
+
+// ringBlocks is the number of blocks the I/O buffer is cut into: one
+// being filled, one being hashed, one being written and one spare, so a
+// stage that runs ahead does not wait for the next.
+const ringBlocks = 4
 
 // sourcePiece is the piece a Source is read in.
 const sourcePiece = 4 << 20
@@ -52,13 +65,14 @@ func (o WriteOptions) bufferSize() int {
 	if n <= 0 {
 		n = DefaultBufferSize
 	}
-	return (n + 2*directAlign - 1) / (2 * directAlign) * (2 * directAlign)
+	const unit = ringBlocks * directAlign
+	return (n + unit - 1) / unit * unit
 }
 
 // ScratchBytes is the memory WriteFile allocates besides the pickle: the
 // I/O buffer, its alignment slack and one piece for reading sources.
 func ScratchBytes(o WriteOptions) int64 {
-	return int64(o.bufferSize()+2*directAlign) + sourcePiece
+	return int64(o.bufferSize()+directAlign) + sourcePiece
 }
 
 // Written describes a file WriteFile wrote.
@@ -110,7 +124,8 @@ func (w *Writer) WriteFile(path string, root any) (Written, error) {
 		return fail(err)
 	}
 	err = writeZip(o, ArchiveName(path), pkl, storages, &w.piece)
-	if cerr := o.close(); err == nil {
+	if cerr := o.close(); err == nil || cerr != nil && errors.Is(err, errWriterFailed) {
+		// The writer's own error, not its stand-in.
 		err = cerr
 	}
 	if err == nil {
@@ -133,30 +148,39 @@ func (w *Writer) WriteFile(path string, root any) (Written, error) {
 
 // out is the file being written: see the comment at the top of the file.
 type out struct {
-	f      *os.File
-	direct bool
-	halves [2][]byte
-	cur, n int // the half being filled, and its bytes
-	sha    hash.Hash
-	size   int64
-	// directBytes were written with O_DIRECT.
+	f    *os.File
+	cur  []byte // the block being filled, nil until the first byte
+	n    int    // its bytes
+	size int64
+	// free holds the blocks ready to fill; hash and write are the
+	// pipeline's queues; done carries the writer's first error when it
+	// has stopped.
+	free, hash, write chan []byte
+	done              chan error
+	failed            atomic.Bool // the writer has an error
+	err               error       // the first error the caller has seen
+	sha               hash.Hash   // the hasher's; read after done
+	// Owned by the writer goroutine; read after done.
+	direct      bool
 	directBytes int64
-	// The background write of the other half, when pending.
-	pending bool
-	done    chan error
-	err     error // the first error: every later call returns it
 }
 
-// createOut creates path, written through buf (aligned, its halves
-// multiples of directAlign).
+// createOut creates path, written through buf (aligned, a multiple of
+// ringBlocks×directAlign), and starts the hasher and the writer.
 func createOut(path string, buf []byte, direct bool) (*out, error) {
 	f, direct, err := openForWrite(path, direct)
 	if err != nil {
 		return nil, err
 	}
-	w := &out{f: f, direct: direct, sha: sha256.New(), done: make(chan error, 1)}
-	h := len(buf) / 2
-	w.halves[0], w.halves[1] = buf[:h:h], buf[h:]
+	w := &out{f: f, direct: direct, sha: sha256.New(),
+		free: make(chan []byte, ringBlocks), hash: make(chan []byte, ringBlocks),
+		write: make(chan []byte, ringBlocks), done: make(chan error, 1)}
+	bs := len(buf) / ringBlocks
+	for i := range ringBlocks {
+		w.free <- buf[i*bs : (i+1)*bs : (i+1)*bs]
+	}
+	go w.hasher()
+	go w.writer()
 	return w, nil
 }
 
@@ -174,50 +198,66 @@ func (w *out) Write(p []byte) (int, error) {
 	if w.err != nil {
 		return 0, w.err
 	}
-	w.size += int64(len(p))
 	total := len(p)
 	for len(p) > 0 {
-		// Hashed a half's worth at a time, as it is copied: the hashing of
-		// one half overlaps the disk's write of the other.
-		k := copy(w.halves[w.cur][w.n:], p)
-		w.sha.Write(p[:k])
-		w.n += k
-		p = p[k:]
-		if w.n == len(w.halves[w.cur]) {
-			if err := w.submit(); err != nil {
-				return total - len(p), err
+		if w.cur == nil {
+			w.cur, w.n = <-w.free, 0
+			if w.failed.Load() {
+				// The writer has stopped: its error, at close.
+				w.err = errWriterFailed
+				return total - len(p), w.err
 			}
+		}
+		k := copy(w.cur[w.n:], p)
+		w.n += k
+		w.size += int64(k)
+		p = p[k:]
+		if w.n == len(w.cur) {
+			w.hash <- w.cur
+			w.cur = nil
 		}
 	}
 	return total, nil
 }
 
-// submit hands the full half to a background write and switches to the
-// other, once the other's write is done.
-func (w *out) submit() error {
-	if err := w.wait(); err != nil {
-		return err
+// errWriterFailed stands for the writer's error until close returns it.
+var errWriterFailed = errors.New("ptfile: an earlier write failed")
+
+// hasher adds each block to the sha256 and passes it on to the writer.
+func (w *out) hasher() {
+	for b := range w.hash {
+		w.sha.Write(b)
+		w.write <- b
 	}
-	b := w.halves[w.cur]
-	w.pending = true
-	go func() { w.done <- w.writeBlock(b) }()
-	w.cur, w.n = 1-w.cur, 0
-	return nil
+	close(w.write)
 }
 
-func (w *out) wait() error {
-	if w.pending {
-		w.pending = false
-		if err := <-w.done; err != nil && w.err == nil {
-			w.err = err
+// writer writes the blocks in order until the first error, and hands
+// every block back to be filled.
+func (w *out) writer() {
+	var err error
+	for b := range w.write {
+		if err == nil {
+			if err = w.writeBlock(b); err != nil {
+				w.failed.Store(true)
+			}
 		}
+		w.free <- b[:cap(b)]
 	}
-	return w.err
+	w.done <- err
 }
 
-// writeBlock writes a whole half: with O_DIRECT when the file has it,
-// falling back to the page cache when the filesystem refuses.
+// writeBlock writes a block: with O_DIRECT when the file has it and the
+// block is whole multiples of directAlign, through the page cache
+// otherwise, and when the filesystem refuses O_DIRECT's writes.
 func (w *out) writeBlock(b []byte) error {
+	if w.direct && len(b)%directAlign != 0 {
+		// The tail: O_DIRECT takes only whole multiples of the alignment.
+		if err := clearDirect(w.f); err != nil {
+			return err
+		}
+		w.direct = false
+	}
 	_, err := w.f.Write(b)
 	if err == nil && w.direct {
 		w.directBytes += int64(len(b))
@@ -234,19 +274,22 @@ func (w *out) writeBlock(b []byte) error {
 	return err
 }
 
-// close writes the tail, fsyncs once and closes the file.
+// close sends the tail down the pipeline, waits for the writer, fsyncs
+// once and closes the file. It returns the writer's error where there is
+// one, else the caller's first.
 func (w *out) close() error {
-	err := w.wait()
-	if err == nil && w.n > 0 {
-		tail := w.halves[w.cur][:w.n]
-		if w.direct && len(tail)%directAlign != 0 {
-			if err = clearDirect(w.f); err == nil {
-				w.direct = false
-			}
+	if w.cur != nil {
+		if w.n > 0 && w.err == nil {
+			w.hash <- w.cur[:w.n]
+		} else {
+			w.free <- w.cur
 		}
-		if err == nil {
-			err = w.writeBlock(tail)
-		}
+		w.cur = nil
+	}
+	close(w.hash)
+	err := <-w.done
+	if err == nil && w.err != nil && !errors.Is(w.err, errWriterFailed) {
+		err = w.err
 	}
 	if err == nil {
 		err = w.f.Sync()

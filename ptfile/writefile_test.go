@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"crypto/sha256"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"hash/crc32"
 	"io"
@@ -339,6 +340,36 @@ func TestWriterReuse(t *testing.T) {
 		got, _ := os.ReadFile(p)
 		if !bytes.Equal(got, legacyBytes(t, ArchiveName(p), c.data)) {
 			t.Fatalf("file %d differs from the legacy writer's", i)
+		}
+	}
+}
+
+// A write that fails in the writer goroutine reaches the caller: a later
+// Write returns, close returns the writer's own error (not its stand-in),
+// writes nothing after it and does not hang however many blocks were
+// queued behind it.
+func TestOutWriterError(t *testing.T) {
+	for _, direct := range []bool{false, true} {
+		buf := alignedBuffer(WriteOptions{BufferSize: 1}.bufferSize())
+		o, err := createOut(filepath.Join(t.TempDir(), "f"), buf, direct)
+		if err != nil {
+			t.Fatal(err)
+		}
+		o.f.Close() // every write from now on fails
+		chunk := make([]byte, 1000)
+		var werr error
+		for i := 0; i < 1000 && werr == nil; i++ {
+			_, werr = o.Write(chunk)
+		}
+		if werr == nil {
+			t.Errorf("direct %v: 1 MB of writes to a closed file succeeded", direct)
+		}
+		cerr := o.close()
+		if !errors.Is(cerr, os.ErrClosed) {
+			t.Errorf("direct %v: close returned %v; want the writer's error (file already closed)", direct, cerr)
+		}
+		if _, err := o.Write(chunk); err == nil {
+			t.Errorf("direct %v: a Write after the failure succeeded", direct)
 		}
 	}
 }
