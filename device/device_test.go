@@ -89,8 +89,17 @@ func TestDTypeRounding(t *testing.T) {
 		if !slices.Equal(x, c.want) {
 			t.Errorf("%v rounds %v to %v, want %v", c.d, in, x, c.want)
 		}
+		for i, v := range in {
+			if got := c.d.Nearest()(v); got != c.want[i] {
+				t.Errorf("%v's Nearest(%v) = %v, want %v", c.d, v, got, c.want[i])
+			}
+		}
+	}
+	if F32.Nearest() != nil {
+		t.Errorf("F32's Nearest rounds")
 	}
 	mustPanic(t, "Rounding of invalid dtype", "invalid DType", func() { DType(5).Rounding() })
+	mustPanic(t, "Nearest of invalid dtype", "invalid DType", func() { DType(5).Nearest() })
 }
 
 // TestDTypeJSON: a DType in JSON is its DeepSpeed name, both ways; an

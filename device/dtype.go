@@ -56,6 +56,20 @@ func (d DType) Rounding() func([]float32) {
 	panic(fmt.Sprintf("device: invalid DType %d", int(d)))
 }
 
+// Nearest is Rounding for one value: nil for F32, half.NearestF16 and
+// half.NearestBF16 for the 16-bit dtypes.
+func (d DType) Nearest() func(float32) float32 {
+	switch d {
+	case F32:
+		return nil
+	case F16:
+		return half.NearestF16
+	case BF16:
+		return half.NearestBF16
+	}
+	panic(fmt.Sprintf("device: invalid DType %d", int(d)))
+}
+
 // String is the DeepSpeed name: "fp32", "fp16" or "bf16".
 func (d DType) String() string {
 	if d < 0 || d >= numDTypes {

@@ -73,13 +73,13 @@ func (c *compiler) crossChecks() {
 		case z.Stage != 3:
 			c.s.warnf(c.at(path), path, "use stage 3 or remove it",
 				"%s (ZeRO++) only applies to ZeRO stage 3; ignored at stage %d", q.key, z.Stage)
-		case p.Precision.DType != device.F16:
-			// DeepSpeed runs it, on the wrong bits: never silently.
-			c.s.unsupportedf(c.at(path), path, "enable fp16, or set "+q.key+" false",
-				"ZeRO++ %s with %s: DeepSpeed 0.14.5's quantizer kernels read the tensors as fp16 whatever their dtype (pt_binding.cpp casts them to __half*; DeepSpeed issue #7775), so its quantization is fp16's only", q.tag, p.Precision.DType)
-		case q.tag == "qgZ" && p.CommunicationDataType != "" && p.CommunicationDataType != "fp16":
+		case q.tag == "qgZ" && p.CommunicationDataType != "" && p.CommunicationDataType != p.Precision.DType.String():
 			c.s.unsupportedf(c.at("communication_data_type"), path, "remove communication_data_type, or set zero_quantized_gradients false",
-				"ZeRO++ qgZ with communication_data_type %q: DeepSpeed's qgZ kernels read the gradients as fp16", p.CommunicationDataType)
+				"ZeRO++ qgZ with communication_data_type %q: qgZ reduces the gradients in the model's dtype (%s), quantized, not in another", p.CommunicationDataType, p.Precision.DType)
+		case p.Precision.DType != device.F16:
+			// DeepSpeed runs it on the wrong bits; dszero on the values.
+			c.s.warnf(c.at(path), path, "enable fp16 to compare with DeepSpeed's numbers",
+				"ZeRO++ %s with %s: DeepSpeed's quantizer kernels read the tensors as fp16 whatever their dtype (pt_binding.cpp casts them to __half*, 0.14.5 to 0.19.6; DeepSpeed issue #7775), so they quantize the wrong bits; dszero quantizes the %s values themselves with the same algorithm, which DeepSpeed cannot reproduce", q.tag, p.Precision.DType, p.Precision.DType)
 		}
 	}
 	if z.LoCo && !z.QuantizedGradients {

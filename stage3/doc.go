@@ -76,13 +76,15 @@
 // ZeRO++ quantized collectives (zeropp.go, qgz.go; the arithmetic is
 // package zero/quant's). With qwZ (Config.QuantizedWeights) a group's
 // all-gather carries int8 blocks, module by module, and every rank
-// gathers the same fp16 dequantized weights; the partitions and the
+// gathers the same dequantized weights; the partitions and the
 // master are never quantized. With qgZ (Config.QuantizedGradients) each
 // 2-D gradient whose numel is a multiple of 2·world is reduced by
 // DeepSpeed's all_to_all_quant_reduce — int4 blocks, an all_to_all within
 // the node, a requantized sum, an all_to_all across the nodes — into the
-// rank's gradient partition; the others are reduce-scattered. Both are
-// fp16's only, as DeepSpeed's kernels are.
+// rank's gradient partition; the others are reduce-scattered. Both
+// dequantize and add in the model's dtype: fp16 as DeepSpeed's kernels
+// do; bf16 and fp32 on their own values, where DeepSpeed's kernels read
+// the tensors' bits as fp16 (zeropp.go).
 //
 // Offload. OptimizerTier and ParamTier put the master, gradient and
 // optimizer-state partitions, and the parameter partitions, in the pinned

@@ -4,7 +4,6 @@ import (
 	"fmt"
 
 	"github.com/dszero/dszero/comm"
-	"github.com/dszero/dszero/half"
 	"github.com/dszero/dszero/mem"
 	"github.com/dszero/dszero/zero/quant"
 )
@@ -94,8 +93,8 @@ func size(c comm.Comm) any {
 // on reports whether parameter i's gradient takes qgZ.
 func (q *gradQuant) on(i int) bool { return q.groups[i] > 0 }
 
-// reduce is all_to_all_quant_reduce of parameter i's gradient x (fp16
-// values, numel n) into out, the rank's n/world elements of the result.
+// reduce is all_to_all_quant_reduce of parameter i's gradient x (values
+// of the model's dtype, numel n) into out, the rank's n/world elements of the result.
 func (q *gradQuant) reduce(i int, x, out []float32) error {
 	s := q.s
 	n, g := len(x), q.groups[i]
@@ -126,10 +125,10 @@ func (q *gradQuant) reduce(i int, x, out []float32) error {
 	for d := range devices {
 		quant.GetWords(recv[d*lb:(d+1)*lb], rs[d*ls:(d+1)*ls], wout[d*lw:(d+1)*lw])
 	}
-	// 3. Dequantize the node's chunks, add them in fp16, requantize in
-	// g/devices groups.
+	// 3. Dequantize the node's chunks, add them in the model's dtype,
+	// requantize in g/devices groups.
 	red, redS := bytes[:lb], scales[:ls]
-	quant.ReduceQuantized(red, redS, recv, rs, quant.GradientBits, devices, growF(&q.acc, n/devices))
+	quant.ReduceQuantized(red, redS, recv, rs, quant.GradientBits, devices, growF(&q.acc, n/devices), s.nearest)
 	// 4. all_to_all across the nodes: node k's share to node k.
 	gb, gs := lb/nodes, ls/nodes
 	gw := quant.WordsFor(gb, gs)
@@ -143,10 +142,11 @@ func (q *gradQuant) reduce(i int, x, out []float32) error {
 	for k := range nodes {
 		quant.GetWords(recv[k*gb:(k+1)*gb], rs[k*gs:(k+1)*gs], wout[k*gw:(k+1)*gw])
 	}
-	// 5. Dequantize to fp16; sum the nodes' values in fp16, divide by N.
+	// 5. Dequantize; sum the nodes' values, divide by N (all in the
+	// model's dtype: fp16 in DeepSpeed's kernels).
 	vals := growF(&q.vals, n/devices)
-	quant.Dequantize(vals, recv[:lb], rs[:ls], quant.GradientBits, half.NearestF16)
-	quant.SumNodes(out, vals, nodes)
+	quant.Dequantize(vals, recv[:lb], rs[:ls], quant.GradientBits, s.nearest)
+	quant.SumNodes(out, vals, nodes, s.nearest)
 	return nil
 }
 

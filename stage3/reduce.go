@@ -5,7 +5,6 @@ import (
 	"time"
 
 	"github.com/dszero/dszero/comm"
-	"github.com/dszero/dszero/half"
 	"github.com/dszero/dszero/internal/zcore"
 )
 
@@ -162,7 +161,7 @@ func (r *reducer) issue(v int) error {
 }
 
 // reduceQuantized is issue's ZeRO++ qgZ path for parameter i (gradient
-// in, partition size ps): gradient_predivide_factor's division in fp16,
+// in, partition size ps): gradient_predivide_factor's division in the model's dtype,
 // then all_to_all_quant_reduce, at once, into a staging buffer of the
 // rank's share that landOldest takes as it is (no averaging after it:
 // see gradQuant).
@@ -170,8 +169,10 @@ func (r *reducer) reduceQuantized(f *rsFlight, i int, in []float32, ps int) erro
 	s := r.s
 	if pf := s.c.PredivideFactor; pf != 0 && pf != 1 {
 		divide(in, float32(pf))
-		for j, x := range in {
-			in[j] = half.NearestF16(x)
+		if s.nearest != nil {
+			for j, x := range in {
+				in[j] = s.nearest(x)
+			}
 		}
 	}
 	buf, err := s.f.getStaging(ps)

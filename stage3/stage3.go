@@ -103,8 +103,8 @@ type Config struct {
 	// across Replicas before the norm and the update. Nil: one group.
 	Replicas comm.Comm
 	// QuantizedWeights is ZeRO++ qwZ (zero_quantized_weights): the
-	// parameter all-gathers carry int8 blocks (zeropp.go). The model's
-	// dtype must be fp16.
+	// parameter all-gathers carry int8 blocks (zeropp.go), dequantized to
+	// the model's dtype (Options.DTypes.Model).
 	QuantizedWeights bool
 	// QuantizedGradients, for ZeRO++ qgZ (zero_quantized_gradients), is
 	// the rank's two groups of the hierarchical all-to-all reduction
@@ -145,14 +145,17 @@ type Strategy struct {
 	f fetcher
 	r reducer
 
-	waits        Waits           // since the last TakeWaits
-	steps        int             // optimizer steps taken
-	persistBytes int64           // the persistent parameters, always gathered (mem.Gathered)
-	loading      bool            // BeginLoad started a load through LoadTensor (load.go)
-	hpz          *secondary      // ZeRO++ hpZ; nil otherwise
-	qw           *weightQuant    // ZeRO++ qwZ; nil otherwise
-	qg           *gradQuant      // ZeRO++ qgZ; nil otherwise
-	accum        func([]float32) // rounding of the gradient partitions after each add (grad_accum_dtype); nil: fp32
+	waits        Waits        // since the last TakeWaits
+	steps        int          // optimizer steps taken
+	persistBytes int64        // the persistent parameters, always gathered (mem.Gathered)
+	loading      bool         // BeginLoad started a load through LoadTensor (load.go)
+	hpz          *secondary   // ZeRO++ hpZ; nil otherwise
+	qw           *weightQuant // ZeRO++ qwZ; nil otherwise
+	qg           *gradQuant   // ZeRO++ qgZ; nil otherwise
+	// nearest rounds one value to the model's dtype (nil: fp32): ZeRO++'s
+	// dequantized values and sums, and qgZ's predivided gradients.
+	nearest func(float32) float32
+	accum   func([]float32) // rounding of the gradient partitions after each add (grad_accum_dtype); nil: fp32
 
 	norms, scratch []float64
 	sums           []float64 // per sub-group Σ norm², all-reduced
@@ -170,7 +173,8 @@ func New(o zcore.Options, c Config) (_ *Strategy, err error) {
 	if c.PrefetchBucketSize < 0 || c.MaxLiveParameters < 0 || c.MaxReuseDistance < 0 || c.SubGroupSize < 0 {
 		return nil, fmt.Errorf("stage 3: negative sizes in %+v", c)
 	}
-	s := &Strategy{o: o, c: c, l: o.Layout, rank: o.Comm.Rank(), world: o.Comm.Size(), accum: zcore.Rounding(o.DTypes.Accum)}
+	s := &Strategy{o: o, c: c, l: o.Layout, rank: o.Comm.Rank(), world: o.Comm.Size(), accum: zcore.Rounding(o.DTypes.Accum),
+		nearest: o.DTypes.Model.Nearest()}
 	// Gradients are averaged in the model's dtype and reduced in
 	// communication_data_type, as __avg_scatter_grads does.
 	s.o.Average = o.Average.In(o.DTypes.Model, o.DTypes.Comm)

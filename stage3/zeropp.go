@@ -5,7 +5,6 @@ import (
 	"strings"
 
 	"github.com/dszero/dszero/comm"
-	"github.com/dszero/dszero/half"
 	"github.com/dszero/dszero/mem"
 	"github.com/dszero/dszero/zero/partition"
 	"github.com/dszero/dszero/zero/quant"
@@ -22,7 +21,8 @@ import (
 //     elements), quantizes them in quant.WeightGroups(P) symmetric 8-bit
 //     groups, and all-gathers the bytes and the scales;
 //   - every rank dequantizes every rank's bytes, its own included, to
-//     fp16, and the parameters are those values until they are released:
+//     the model's dtype (fp16 in DeepSpeed's kernels; see below), and the
+//     parameters are those values until they are released:
 //     the partitions and the fp32 master are untouched, and the gathered
 //     weights are the same on every rank.
 //
@@ -49,8 +49,13 @@ import (
 // them. The conformance cases set stage3_param_persistence_threshold 0.
 //
 // DeepSpeed's kernels read the tensor as fp16 whatever its dtype
-// (pt_binding.cpp casts data_ptr to __half*), so qwZ and qgZ run with
-// fp16 only; the engine refuses them otherwise.
+// (pt_binding.cpp casts data_ptr to __half*, still in 0.19.6), so under
+// bf16 or fp32 they quantize the wrong bits. dszero runs the same
+// algorithm on the values of the model's dtype: it quantizes the bf16 or
+// fp32 values and dequantizes (and, for qgZ, adds) in that dtype, so
+// fp16 is DeepSpeed's bit for bit and bf16/fp32 are what its kernels
+// would compute templated on the dtype. dsconfig warns that those are
+// not DeepSpeed's numbers.
 type weightQuant struct {
 	plans map[int][]qwPlan // world (the primary world, or the hpZ group's) → per group
 	spare [][]uint16       // landed flights' wire buffers
@@ -194,7 +199,7 @@ func (f *fetcher) gatherQuantized(fl *flight, g int, c comm.Comm, world, rank in
 }
 
 // landQuantized dequantizes a landed quantized gather into the full
-// buffer, to fp16, every rank's partitions.
+// buffer, to the model's dtype, every rank's partitions.
 func (f *fetcher) landQuantized(q *qflight) {
 	s := f.s
 	pl, world := q.plan, q.world
@@ -216,7 +221,11 @@ func (f *fetcher) landQuantized(q *qflight) {
 				base := r*run.p + off
 				for k := range hi - lo {
 					j := base + k
-					full[sp.Offset+lo+k] = half.NearestF16(float32(int8(bytes[j])) * scales[j/run.per])
+					v := float32(int8(bytes[j])) * scales[j/run.per]
+					if s.nearest != nil {
+						v = s.nearest(v)
+					}
+					full[sp.Offset+lo+k] = v
 				}
 			}
 			off += partition.ParamPartitionSize(sp.Numel, world)

@@ -26,9 +26,7 @@ var stillRefused = map[string]struct{ path, why string }{
 	"deepspeedai__DeepSpeed__tests__model__BingBertSquad__deepspeed_bsz24_fp16_eigenvalue_quantize_config.json": {"eigenvalue", "eigenvalue"},
 	// Apex AMP: DeepSpeed itself needs apex.amp, which Apex no longer ships.
 	"OpenGVLab__InternVL__segmentation__zero_configs__adam_zero1_amp.json": {"amp.enabled", "Apex AMP"},
-	// HF mode: ZeRO++ quantized collectives and AutoTP are not implemented.
-	"LLaVA-VL__LLaVA-NeXT__scripts__zero3pp.json":                                                        {"zero_optimization.zero_quantized_weights", "qwZ"},
-	"hiyouga__LLaMA-Factory__examples__deepspeed__hparam_sweep__ds_z3_e9_quant_grads.json":               {"zero_optimization.zero_quantized_gradients", "qgZ"},
+	// HF mode: AutoTP is not implemented.
 	"deepspeedai__DeepSpeedExamples__training__tensor_parallel__hf_integration__configs__ds_config.json": {"tensor_parallel.autotp_size", "tensor parallelism"},
 	// HF mode: the file itself is broken for the Trainer too (the string
 	// "8" for gradient_accumulation_steps, and fp16.enabled "true").

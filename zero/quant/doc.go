@@ -34,7 +34,11 @@
 // lands on the lowest level, finite: dszero keeps the overflow visible).
 // DeepSpeed's kernels read their input as fp16 (they cast data_ptr to
 // __half*); here the input is float32 values, which for fp16 training
-// are exactly the fp16 values the kernel reads.
+// are exactly the fp16 values the kernel reads. The dequantizations and
+// sums take a rounding (round: half.NearestF16 for DeepSpeed's fp16;
+// half.NearestBF16, or nil for float32), so bf16 and fp32 training
+// quantize their own values with the same algorithm, where DeepSpeed's
+// kernels would read a bf16 or fp32 tensor's bits as fp16.
 //
 // # qwZ: CUDAQuantizer (partition_parameters.py)
 //

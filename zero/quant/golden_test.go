@@ -122,7 +122,7 @@ func TestPortGolden(t *testing.T) {
 	for _, c := range g.Reduction {
 		m := len(c.QIn) / c.Devices
 		q, s := make([]byte, m), make([]float32, c.OutGroups)
-		ReduceQuantized(q, s, bytesOf(c.QIn), f32s(c.ScalesIn), 4, c.Devices, make([]float32, 2*m))
+		ReduceQuantized(q, s, bytesOf(c.QIn), f32s(c.ScalesIn), 4, c.Devices, make([]float32, 2*m), half.NearestF16)
 		sameBytes(t, "qgZ reduced bytes", q, c.Q)
 		sameBits(t, "qgZ reduced scales", s, f32s(c.Scales))
 		d := make([]float32, 2*m)

@@ -1,10 +1,6 @@
 package quant
 
-import (
-	"fmt"
-
-	"github.com/dszero/dszero/half"
-)
+import "fmt"
 
 // GradientBits is qgZ's width: all_to_all_quant_reduce quantizes to int4.
 const GradientBits = 4
@@ -65,10 +61,11 @@ func SwizzleQuantize(dst []byte, scales []float32, x []float32, bits, nodes, dev
 // ReduceQuantized is quantized_reduction(src, srcScales, in_groups,
 // out_groups, bits, Symmetric, devices): src is devices tensors of
 // len(dst) bytes, each in len(srcScales)/devices groups; element by
-// element their fp16 dequantized values are added in fp16, tensor 0
-// first, and the sums requantized into dst in len(dstScales) groups.
-// acc is scratch of len(dst)'s values.
-func ReduceQuantized(dst []byte, dstScales []float32, src []byte, srcScales []float32, bits, devices int, acc []float32) {
+// element their dequantized values are added, tensor 0 first, each value
+// and each sum passed through round (fp16's for DeepSpeed's kernels:
+// half.NearestF16; nil: float32), and the sums requantized into dst in
+// len(dstScales) groups. acc is scratch of len(dst)'s values.
+func ReduceQuantized(dst []byte, dstScales []float32, src []byte, srcScales []float32, bits, devices int, acc []float32, round func(float32) float32) {
 	m := len(dst)
 	if len(src) != devices*m || len(srcScales)%devices != 0 {
 		panic(fmt.Sprintf("quant: reducing %d bytes and %d scales over %d devices into %d bytes", len(src), len(srcScales), devices, m))
@@ -86,17 +83,18 @@ func ReduceQuantized(dst []byte, dstScales []float32, src []byte, srcScales []fl
 	for j := range devices {
 		q, sc := src[j*m:(j+1)*m], srcScales[j*gin:(j+1)*gin]
 		for i := range acc {
-			acc[i] = hadd(acc[i], half.NearestF16(float32(Value(q, i, bits))*sc[i/per]))
+			acc[i] = add(acc[i], rounded(float32(Value(q, i, bits))*sc[i/per], round), round)
 		}
 	}
 	Quantize(dst, dstScales, acc, bits)
 }
 
-// SumNodes is the last step of all_to_all_quant_reduce on fp16 values:
-// x is nodes chunks of len(dst); dst = (Σ chunks) / nodes, each addition
-// and the division rounded to fp16, chunk 0 first (torch's sum starts
-// from the integer 0, which adds exactly).
-func SumNodes(dst, x []float32, nodes int) {
+// SumNodes is the last step of all_to_all_quant_reduce: x is nodes
+// chunks of len(dst); dst = (Σ chunks) / nodes, each addition and the
+// division passed through round (fp16's for DeepSpeed's kernels; nil:
+// float32), chunk 0 first (torch's sum starts from the integer 0, which
+// adds exactly).
+func SumNodes(dst, x []float32, nodes int, round func(float32) float32) {
 	m := len(dst)
 	if len(x) != nodes*m {
 		panic(fmt.Sprintf("quant: %d values in %d chunks of %d", len(x), nodes, m))
@@ -104,11 +102,11 @@ func SumNodes(dst, x []float32, nodes int) {
 	copy(dst, x[:m])
 	for k := 1; k < nodes; k++ {
 		for i, v := range x[k*m : (k+1)*m] {
-			dst[i] = hadd(dst[i], v)
+			dst[i] = add(dst[i], v, round)
 		}
 	}
 	d := float32(nodes)
 	for i := range dst {
-		dst[i] = half.NearestF16(dst[i] / d)
+		dst[i] = rounded(dst[i]/d, round)
 	}
 }

@@ -3,8 +3,6 @@ package quant
 import (
 	"fmt"
 	"math"
-
-	"github.com/dszero/dszero/half"
 )
 
 // PackedLen is the bytes of n values of bits bits (8 or 4; n even for 4).
@@ -160,16 +158,21 @@ func Dequantize(dst []float32, q []byte, scales []float32, bits int, round func(
 	}
 	for g, s := range scales {
 		for i := g * per; i < (g+1)*per; i++ {
-			v := float32(Value(q, i, bits)) * s
-			if round != nil {
-				v = round(v)
-			}
-			dst[i] = v
+			dst[i] = rounded(float32(Value(q, i, bits))*s, round)
 		}
 	}
 }
 
-// hadd is __hadd of two fp16 values held as float32: their float32 sum
-// rounded to fp16 (the float32 sum of two fp16 values rounded to fp16 is
-// the correctly rounded fp16 sum: 24 ≥ 2·11+2 bits).
-func hadd(a, b float32) float32 { return half.NearestF16(a + b) }
+// add is the sum of two values of round's dtype held as float32: their
+// float32 sum passed through round, which for fp16 is __hadd (the float32
+// sum of two fp16 values rounded to fp16 is the correctly rounded fp16
+// sum: 24 ≥ 2·11+2 bits; likewise for bf16's 8).
+func add(a, b float32, round func(float32) float32) float32 { return rounded(a+b, round) }
+
+// rounded is round(x), or x when round is nil.
+func rounded(x float32, round func(float32) float32) float32 {
+	if round == nil {
+		return x
+	}
+	return round(x)
+}
