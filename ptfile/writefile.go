@@ -124,8 +124,7 @@ func (w *Writer) WriteFile(path string, root any) (Written, error) {
 		return fail(err)
 	}
 	err = writeZip(o, ArchiveName(path), pkl, storages, &w.piece)
-	if cerr := o.close(); err == nil || cerr != nil && errors.Is(err, errWriterFailed) {
-		// The writer's own error, not its stand-in.
+	if cerr := o.close(); err == nil {
 		err = cerr
 	}
 	if err == nil {
@@ -157,9 +156,9 @@ type out struct {
 	// has stopped.
 	free, hash, write chan []byte
 	done              chan error
-	failed            atomic.Bool // the writer has an error
-	err               error       // the first error the caller has seen
-	sha               hash.Hash   // the hasher's; read after done
+	failed            atomic.Pointer[error] // the writer's first error, as soon as it has one
+	err               error                 // that error, once Write has returned it
+	sha               hash.Hash             // the hasher's; read after done
 	// Owned by the writer goroutine; read after done.
 	direct      bool
 	directBytes int64
@@ -202,9 +201,8 @@ func (w *out) Write(p []byte) (int, error) {
 	for len(p) > 0 {
 		if w.cur == nil {
 			w.cur, w.n = <-w.free, 0
-			if w.failed.Load() {
-				// The writer has stopped: its error, at close.
-				w.err = errWriterFailed
+			if e := w.failed.Load(); e != nil {
+				w.err = *e
 				return total - len(p), w.err
 			}
 		}
@@ -219,9 +217,6 @@ func (w *out) Write(p []byte) (int, error) {
 	}
 	return total, nil
 }
-
-// errWriterFailed stands for the writer's error until close returns it.
-var errWriterFailed = errors.New("ptfile: an earlier write failed")
 
 // hasher adds each block to the sha256 and passes it on to the writer.
 func (w *out) hasher() {
@@ -239,7 +234,7 @@ func (w *out) writer() {
 	for b := range w.write {
 		if err == nil {
 			if err = w.writeBlock(b); err != nil {
-				w.failed.Store(true)
+				w.failed.Store(&err)
 			}
 		}
 		w.free <- b[:cap(b)]
@@ -275,8 +270,7 @@ func (w *out) writeBlock(b []byte) error {
 }
 
 // close sends the tail down the pipeline, waits for the writer, fsyncs
-// once and closes the file. It returns the writer's error where there is
-// one, else the caller's first.
+// once and closes the file. It returns the writer's first error.
 func (w *out) close() error {
 	if w.cur != nil {
 		if w.n > 0 && w.err == nil {
@@ -288,9 +282,6 @@ func (w *out) close() error {
 	}
 	close(w.hash)
 	err := <-w.done
-	if err == nil && w.err != nil && !errors.Is(w.err, errWriterFailed) {
-		err = w.err
-	}
 	if err == nil {
 		err = w.f.Sync()
 	}

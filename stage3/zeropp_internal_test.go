@@ -319,9 +319,9 @@ func testQuantizedGradients(t *testing.T, dt device.DType, nodes, devices int) {
 		// rounding hid: within an ulp counts as a match. bf16's coarse sums
 		// land on a requantization tie (level + ½) more often, where those
 		// last bits pick the level: 90% there.
-		matched, want90 := 0, 95
+		matched, minPct := 0, 95
 		if dt != device.F16 {
-			want90 = 90
+			minPct = 90
 		}
 		for e, v := range want[R] {
 			gv := float64(got[R][e])
@@ -334,7 +334,7 @@ func testQuantizedGradients(t *testing.T, dt device.DType, nodes, devices int) {
 				t.Errorf("rank %d element %d: %v, want %v", R, e, gv, v)
 			}
 		}
-		if matched < len(want[R])*want90/100 {
+		if matched < len(want[R])*minPct/100 {
 			t.Errorf("rank %d: %d of %d match the model", R, matched, len(want[R]))
 		}
 		// The bias: the plain average over the world.
