@@ -25,7 +25,7 @@ func expSubSum(x []float32, a, b float32) float64 {
 	var sum float64
 	if haveExpVec {
 		var lanes [8]float32
-		for n+vecExpBlock <= len(x) &^ 7 {
+		for n+vecExpBlock <= len(x)&^7 {
 			expSubSumAVX2(&x[n], vecExpBlock, a, b, &lanes)
 			n += vecExpBlock
 		}
