@@ -19,6 +19,7 @@ typedef void (*dsz_sgemm_fn)(int order, int transA, int transB, int m, int n, in
 typedef void (*dsz_set_threads_fn)(int);
 typedef int (*dsz_get_threads_fn)(void);
 typedef char *(*dsz_get_config_fn)(void);
+typedef void (*dsz_void_fn)(void);
 
 // dsz_open dlopens name; on failure it copies dlerror's message into err,
 // because dlerror's own buffer belongs to the calling thread and the next
@@ -57,14 +58,21 @@ static void dsz_sgemm_loop(void *fn, long reps, int ta, int tb, int m, int n, in
 static void dsz_set_threads(void *fn, int n) { ((dsz_set_threads_fn)fn)(n); }
 static int dsz_get_threads(void *fn) { return ((dsz_get_threads_fn)fn)(); }
 static const char *dsz_get_config(void *fn) { return ((dsz_get_config_fn)fn)(); }
+static void dsz_call(void *fn) { ((dsz_void_fn)fn)(); }
 */
 import "C"
 
 import (
 	"fmt"
+	"os"
 	"strings"
+	"sync"
 	"unsafe"
 )
+
+// retuneMu serialises re-tuning OpenBLAS's kernels (see retune): the library
+// is one copy per process, so its core type is process state too.
+var retuneMu sync.Mutex
 
 // cblasEngine calls cblas_sgemm of a library loaded at run time. The
 // function pointers stay valid for the life of the process (see the package
@@ -73,6 +81,7 @@ type cblasEngine struct {
 	library    string         // the name that loaded
 	handle     unsafe.Pointer // from dlopen, never closed
 	config     string         // openblas_get_config(), or "" for a non-OpenBLAS CBLAS
+	retuned    string         // why the kernels are not OpenBLAS's own choice, or ""
 	sgemm      unsafe.Pointer // cblas_sgemm
 	getThreads unsafe.Pointer // openblas_get_num_threads, or nil
 }
@@ -124,10 +133,76 @@ func openOne(lib string) (*cblasEngine, error) {
 		}
 	}
 	e.getThreads = e.sym("openblas_get_num_threads")
+	if err := e.retune(); err != nil {
+		return nil, fmt.Errorf("%s: %w", lib, err)
+	}
 	return e, nil
 }
 
-// sym looks up a symbol in the library, or returns nil.
+// retune switches a DYNAMIC_ARCH OpenBLAS whose detection fell back to
+// pre-AVX kernels on a CPU that has AVX2 or AVX-512 (RetuneCore) to the
+// kernels of its features, as OPENBLAS_CORETYPE would at load time: it sets
+// that variable, drops the chosen core (gotoblas_dynamic_quit) and detects
+// again (gotoblas_dynamic_init, which reads the variable), then restores
+// the environment. It runs before this engine's first GEMM, under retuneMu;
+// a library already re-tuned reports its new core and is left alone.
+func (e *cblasEngine) retune() error {
+	if e.sym("openblas_get_corename") == nil || e.sym("gotoblas_dynamic_init") == nil {
+		return nil // not a DYNAMIC_ARCH OpenBLAS
+	}
+	retuneMu.Lock()
+	defer retuneMu.Unlock()
+	old := e.corename()
+	want := RetuneCore(old, os.Getenv(CoreTypeEnv), HostFeatures())
+	if want == "" {
+		return nil
+	}
+	got, err := e.switchCore(want)
+	if err != nil {
+		return err
+	}
+	e.retuned = fmt.Sprintf("kernels %s chosen by the CPU's features: OpenBLAS detected %s for this CPU model; set %s to override", got, old, CoreTypeEnv)
+	return nil
+}
+
+// corename is OpenBLAS's name of the kernels in use, or "" for another CBLAS.
+func (e *cblasEngine) corename() string {
+	fn := e.sym("openblas_get_corename")
+	if fn == nil {
+		return ""
+	}
+	return strings.TrimSpace(C.GoString(C.dsz_get_config(fn)))
+}
+
+// switchCore makes a DYNAMIC_ARCH OpenBLAS use core type want (a name
+// OPENBLAS_CORETYPE takes) and returns the core now in use: OpenBLAS keeps
+// its own choice when the CPU lacks what want needs. The caller holds
+// retuneMu, and no GEMM runs on the library meanwhile.
+func (e *cblasEngine) switchCore(want string) (string, error) {
+	quit, init := e.sym("gotoblas_dynamic_quit"), e.sym("gotoblas_dynamic_init")
+	if quit == nil || init == nil {
+		return "", fmt.Errorf("blas: %s cannot change its kernels (no gotoblas_dynamic_init): not a DYNAMIC_ARCH OpenBLAS", e.library)
+	}
+	prev, had := os.LookupEnv(CoreTypeEnv)
+	if err := os.Setenv(CoreTypeEnv, want); err != nil {
+		return "", err
+	}
+	C.dsz_call(quit)
+	C.dsz_call(init)
+	var err error
+	if had {
+		err = os.Setenv(CoreTypeEnv, prev)
+	} else {
+		err = os.Unsetenv(CoreTypeEnv)
+	}
+	if cfg := e.sym("openblas_get_config"); cfg != nil {
+		if s := C.dsz_get_config(cfg); s != nil {
+			e.config = strings.TrimSpace(C.GoString(s))
+		}
+	}
+	return e.corename(), err
+}
+
 func (e *cblasEngine) sym(name string) unsafe.Pointer {
 	cs := C.CString(name)
 	defer C.free(unsafe.Pointer(cs))
@@ -160,6 +235,9 @@ func (e *cblasEngine) Description() string {
 		what = "CBLAS"
 	}
 	s := fmt.Sprintf("%s (%s)", what, e.library)
+	if e.retuned != "" {
+		s += " [" + e.retuned + "]"
+	}
 	if e.getThreads != nil {
 		n := int(C.dsz_get_threads(e.getThreads))
 		unit := "threads"
@@ -192,4 +270,25 @@ func directSgemmLoop(e Engine, reps int, transA, transB bool, m, n, k int, alpha
 		(*C.float)(unsafe.Pointer(&b[0])), C.int(ldb),
 		C.float(beta), (*C.float)(unsafe.Pointer(&c[0])), C.int(ldc))
 	return true
+}
+
+// switchCoreOf is switchCore for tests: ok is false when e is not a CBLAS
+// engine.
+func switchCoreOf(e Engine, want string) (got string, ok bool, err error) {
+	ce, ok := e.(*cblasEngine)
+	if !ok {
+		return "", false, nil
+	}
+	retuneMu.Lock()
+	defer retuneMu.Unlock()
+	got, err = ce.switchCore(want)
+	return got, true, err
+}
+
+// corenameOf is OpenBLAS's core name of e, or "" for any other engine.
+func corenameOf(e Engine) string {
+	if ce, ok := e.(*cblasEngine); ok {
+		return ce.corename()
+	}
+	return ""
 }

@@ -12,3 +12,9 @@ func openCBLAS(libs []string, threads int) (Engine, error) {
 func directSgemmLoop(e Engine, reps int, transA, transB bool, m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, beta float32, c []float32, ldc int) bool {
 	return false
 }
+
+// switchCoreOf has no library to switch without cgo.
+func switchCoreOf(e Engine, want string) (string, bool, error) { return "", false, nil }
+
+// corenameOf has no library to name without cgo.
+func corenameOf(e Engine) string { return "" }

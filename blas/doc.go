@@ -34,9 +34,9 @@
 //
 // Process-wide state: the dynamic loader keeps one copy of a library however
 // often it is opened, and New never closes it, so a loaded library lives as
-// long as the process. OpenBLAS's thread count (Options.Threads) belongs to
-// that one copy and therefore to the whole process. The package itself keeps
-// no variables.
+// long as the process. OpenBLAS's thread count (Options.Threads) and its
+// kernels belong to that one copy and therefore to the whole process. The
+// package's one variable is the mutex that serialises re-tuning them.
 //
 // Concurrency: Sgemm may be called from many goroutines at once on either
 // engine. Gonum parallelises each call over GOMAXPROCS; OpenBLAS uses its own
@@ -45,6 +45,14 @@
 // Kernels: OpenBLAS's DYNAMIC_ARCH build picks its kernels for the CPU at
 // load time, and the environment variable OPENBLAS_CORETYPE overrides the
 // choice; the Description names the kernels in use ("... Cooperlake ...").
+// OpenBLAS detects by the CPU's family and model and falls back to Prescott
+// (SSE3) on a model it does not know, as a virtual machine's generic
+// "Intel(R) Xeon(R) Processor" may be: then, unless OPENBLAS_CORETYPE is set,
+// New switches the library to the kernels of the CPU's features (RetuneCore:
+// Cooperlake, SkylakeX or Haswell) before its first GEMM, and the
+// Description says so. On this project's 2-core VM (2026-12-04, which
+// OpenBLAS 0.3.21 takes for a Prescott) BenchmarkSgemm n=512 gave 29–32
+// GFLOP/s with OPENBLAS_CORETYPE=PRESCOTT and 142–144 re-tuned.
 // On a CPU with full-width AVX-512 forcing an AVX2 core type (Haswell) about
 // halves the speed.
 //

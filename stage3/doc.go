@@ -23,7 +23,11 @@
 // so (2+2+K)Ψ/N in DeepSpeed's mixed-precision notation. In fp32 without
 // offload the parameter partitions are the fp32 master partitions — one
 // buffer, accounted as mem.MasterParams — so Adam takes (4+4+8)·P bytes
-// where DeepSpeed keeps a copy of each, (4+4+4+8)·P. The ranks are initialized
+// where DeepSpeed keeps a copy of each, (4+4+4+8)·P. The gradient
+// partitions are resident only from a step's first reduction of each
+// unit to its optimizer step (gradpart.go): at the end of forward, where
+// the gathered parameters and the activations peak, a rank holds none of
+// them, where DeepSpeed holds all. The ranks are initialized
 // partition by partition (zcore.Options.InitRange): no rank ever holds the
 // whole model, as with DeepSpeed's zero.Init.
 //

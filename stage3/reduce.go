@@ -118,6 +118,9 @@ func (r *reducer) issue(v int) error {
 		r.spare = r.spare[:k-1]
 	}
 	fl.direct = s.world > 1 && r.ug.Backwards() == 0 && s.o.Average.Final() && r.postScale() == 0
+	if err := s.acquireGrad(v); err != nil {
+		return err
+	}
 	s.trace("reduce-scatter the gradients of %s (%d elements)", un.Name, un.Numel)
 	r.inflight = append(r.inflight, fl)
 	f := &r.inflight[len(r.inflight)-1]

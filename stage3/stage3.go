@@ -126,10 +126,17 @@ type Strategy struct {
 	unitLo      []int  // model unit → start of its partitions in the rank-local flat buffer
 	unitLen     []int  // model unit → length of its partitions there
 
-	params paramStore        // the rank-local partitions in the training precision
-	grad   []float32         // rank-local averaged gradient partitions (mem.Grads)
-	optim  optimStore        // the fp32 master partitions and optimizer state
-	place  offload.Placement // the tier of each sub-group's master, gradients and optimizer state
+	params paramStore // the rank-local partitions in the training precision
+	grad   []float32  // rank-local averaged gradient partitions (mem.Grads)
+	// gradPages backs grad when the partitions live in one tier: then they
+	// are resident only from the reduction that first writes a unit's
+	// partitions in a step until the optimizer step has read them
+	// (acquireGrad, releaseGrad); nil: grad is allocated for good.
+	gradPages *zcore.Pages
+	gradTier  mem.Tier
+	gradLive  int               // elements of grad acquired since the last step (accounted as mem.Grads)
+	optim     optimStore        // the fp32 master partitions and optimizer state
+	place     offload.Placement // the tier of each sub-group's master, gradients and optimizer state
 
 	full  *zcore.Pages // the parameters the model binds; resident where gathered
 	grads *zcore.Pages // the gradients the model binds; resident where live
@@ -221,7 +228,8 @@ func New(o zcore.Options, c Config) (_ *Strategy, err error) {
 	if o.Round != nil {
 		o.Round(s.params.Work())
 	}
-	if s.grad, err = s.place.Alloc(o.Acct, mem.Grads); err != nil {
+	s.pages = zcore.NewPageCache(0) // fitCache lets it grow with what has been live
+	if err := s.allocGrad(n); err != nil {
 		return nil, fmt.Errorf("stage 3: gradient partitions (%d elements): %w", n, err)
 	}
 	if s.optim, err = s.newOptimStore(); err != nil {
@@ -233,7 +241,6 @@ func New(o zcore.Options, c Config) (_ *Strategy, err error) {
 	if s.grads, err = zcore.NewPages(s.l.Numel); err != nil {
 		return nil, fmt.Errorf("stage 3: gradient buffer: %w", err)
 	}
-	s.pages = zcore.NewPageCache(0) // fitCache lets it grow with what has been live
 	s.full.Recycle(s.pages)
 	s.grads.Recycle(s.pages)
 	if err := s.params.Commit(); err != nil {
@@ -405,6 +412,7 @@ func (s *Strategy) Step(in zcore.StepInput) (zcore.StepResult, error) {
 
 func (s *Strategy) step(in zcore.StepInput) (zcore.StepResult, error) {
 	o := &s.o
+	defer s.releaseGrad()
 	if rc := s.c.Replicas; rc != nil && rc.Size() > 1 {
 		// MiCS allreduce_mics_shard_grads: the shard groups' partitions,
 		// each already averaged within its group, summed across groups at
@@ -549,10 +557,7 @@ func (s *Strategy) Close() {
 	if s.params != nil {
 		s.params.Close()
 	}
-	if s.grad != nil {
-		s.place.Free(s.o.Acct, mem.Grads)
-		s.grad = nil
-	}
+	s.freeGrad()
 	if s.hpz != nil {
 		s.hpz.drop(s.o.Acct)
 	}
@@ -583,7 +588,7 @@ func (s *Strategy) fitCache() {
 	if s.pages == nil {
 		return // closed, or not made yet
 	}
-	live := s.f.live + s.r.ug.LiveNumel()
+	live := s.f.live + s.r.ug.LiveNumel() + s.gradLive
 	s.peakLive = max(s.peakLive, live)
 	s.pages.SetRoom((s.peakLive - live) / zcore.HugePageElems)
 }

@@ -9,18 +9,22 @@ optimizer (AdamW lr 1e-4, betas 0.9/0.95, eps 1e-8, weight decay 0.1, clipping 1
 Runs are interleaved — for each repetition, each row, each thread count: theirs, then ours — so that a
 change of the machine's load hits both sides alike. Each run's step time is the median of its timed
 steps (after --warmup untimed ones); a row's is the median over the repetitions. Printed per row and
-thread count: both step times, wall and CPU (the process's user+system seconds in the step: on a shared
+thread count: both step times, wall and CPU (a rank's user+system seconds in the step: on a shared
 machine the work done when wall time is not; dszero's is read from /proc as each step is logged), dszero tokens/s ÷ theirs, peak RSS per process ÷ theirs (the process's
 ru_maxrss from wait4), and the load average at the start and end of the pair; then, per side, the thread
 scaling (tokens/s at N threads ÷ at 1).
 
     /usr/bin/python3 conformance/reference/perf_compare.py --dszero ./dszero \\
         [--harness ../shared/reference/harness] [--size gpt2s] [--warmup 1] [--steps 3] [--reps 2] \\
-        [--threads 1,2] [--rows plain,z0,z2,z3,z3_offcpu] [--math fast]
+        [--threads 1,2] [--rows plain,z0,z2,z3,z3_offcpu] [--math fast] [--dszero-mpi ./dszero-mpi] \\
+        [--blas-core auto]
 
-Rows other than plain need DeepSpeed (and dszero's side runs 2 in-process ranks, --nproc 2, where the
-issue's table ran mpirun); without it they are reported as skipped. Needs python3 with torch and psutil
-(the harness imports both). Every run's raw output stays under --out.
+Rows other than plain need DeepSpeed. dszero's side of them runs 2 ranks: with --dszero-mpi as 2 processes
+under mpirun, as DeepSpeed's ranks run (peak RSS per process is then per rank on both sides), else --nproc 2
+in one process (its RSS then covers both ranks). Without DeepSpeed they are reported as skipped. Both
+sides get the same OPENBLAS_CORETYPE (--blas-core; auto picks it by the CPU's features, because OpenBLAS
+falls back to Prescott on a CPU model it does not know, as some VMs present). Needs python3 with torch
+and psutil (the harness imports both). Every run's raw output stays under --out.
 """
 import argparse
 import json
@@ -57,14 +61,52 @@ def ds_config(stage, offload):
     return cfg
 
 
-def proc_cpu_s(pid):
-    """The user+system CPU seconds of process pid so far (/proc/pid/stat), or None once it is gone."""
+def blas_core(flags_path="/proc/cpuinfo"):
+    """The OpenBLAS core type for this CPU's features (OPENBLAS_CORETYPE), or None when none fits.
+
+    OpenBLAS's DYNAMIC_ARCH build picks its kernels from the CPU's family and model, and falls back to
+    Prescott (SSE3) on a model it does not know, as a VM's generic "Intel(R) Xeon(R) Processor" is: both
+    sides then run several times slower than the hardware allows. Choosing by features instead gives both
+    sides the same kernels the issue's table was measured with (Cooperlake with AVX-512 BF16)."""
     try:
-        with open(f"/proc/{pid}/stat") as f:
-            fields = f.read().rsplit(")", 1)[1].split()
+        with open(flags_path) as f:
+            flags = next((l.split(":", 1)[1].split() for l in f if l.startswith("flags")), [])
     except OSError:
         return None
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    if "avx512_bf16" in flags:
+        return "COOPERLAKE"
+    if all(x in flags for x in ("avx512f", "avx512vl", "avx512bw", "avx512dq")):
+        return "SKYLAKEX"
+    if "avx2" in flags and "fma" in flags:
+        return "HASWELL"
+    return None
+
+
+def proc_cpu_s(pid):
+    """The user+system CPU seconds of process pid and all its descendants so far (/proc/*/stat), or None
+    once pid is gone. The descendants count because dszero's ZeRO rows run under mpirun."""
+    tick = os.sysconf("SC_CLK_TCK")
+    parent, cpu = {}, {}
+    for d in os.listdir("/proc"):
+        if not d.isdigit():
+            continue
+        try:
+            with open(f"/proc/{d}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        parent[int(d)] = int(fields[1])
+        cpu[int(d)] = (int(fields[11]) + int(fields[12])) / tick
+    if pid not in cpu:
+        return None
+    total = 0.0
+    for p, c in cpu.items():
+        q = p
+        while q > 1 and q != pid:
+            q = parent.get(q, 0)
+        if q == pid:
+            total += c
+    return total
 
 
 def run(cmd, env, log, jsonl=None):
@@ -98,7 +140,7 @@ def median_timed(steps):
 
 def theirs(args, row, threads, out):
     stage, offload = ROWS[row]
-    env = dict(os.environ, OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads),
+    env = dict(blas_env(args), OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads),
                OPENBLAS_NUM_THREADS=str(threads))
     os.makedirs(out, exist_ok=True)
     script = os.path.join(args.harness, "perf_train.py")
@@ -126,20 +168,36 @@ def ours(args, row, threads, out):
         json.dump(ds_config(stage, offload), f)
     logp = os.path.join(out, "steps.jsonl")
     sz = SIZES[args.size]
-    cmd = [args.dszero, "train", "--deepspeed", cfgp, "--model", sz["preset"], "--seq", str(sz["seq"]),
+    if stage is not None and args.dszero_mpi:
+        # Two processes under Open MPI, as the issue's table ran: peak RSS is per process, per rank.
+        cmd = [args.mpirun, "--allow-run-as-root", "--oversubscribe", "--bind-to", "none", "-np", "2",
+               "-x", "OPENBLAS_CORETYPE", args.dszero_mpi]
+    else:
+        cmd = [args.dszero]
+    cmd += ["train", "--deepspeed", cfgp, "--model", sz["preset"], "--seq", str(sz["seq"]),
            "--data", "random", "--steps", str(args.warmup + args.steps), "--threads", str(threads),
            "--math", args.math, "--quiet", "--json-log", logp]
-    if stage is not None:
+    if stage is not None and not args.dszero_mpi:
         cmd += ["--nproc", "2"]
-    rc, rss, marks = run(cmd, dict(os.environ), os.path.join(out, "log.txt"), jsonl=logp)
+    rc, rss, marks = run(cmd, blas_env(args), os.path.join(out, "log.txt"), jsonl=logp)
     if rc != 0:
         raise RuntimeError(f"{' '.join(cmd)}: exit {rc}, see {out}/log.txt")
     with open(logp) as f:
         recs = [json.loads(line) for line in f if line.strip()]
     steps = [r["step_time_s"] for r in recs if r["step"] > args.warmup]
     # CPU seconds of step i: between the log lines of steps i-1 and i (rank 0 logs after each step).
-    cpu = [marks[i] - marks[i - 1] for i in range(max(1, args.warmup), min(len(marks), len(recs)))]
+    # Per rank, as theirs (rank 0's own process): the marks cover every rank of this run.
+    ranks = 1 if stage is None else 2
+    cpu = [(marks[i] - marks[i - 1]) / ranks for i in range(max(1, args.warmup), min(len(marks), len(recs)))]
     return median_timed(steps), median_timed(cpu), rss
+
+
+def blas_env(args):
+    """os.environ with OPENBLAS_CORETYPE set to --blas-core (unless that is "none")."""
+    env = dict(os.environ)
+    if args.blas_core != "none":
+        env["OPENBLAS_CORETYPE"] = args.blas_core
+    return env
 
 
 def have_deepspeed(python):
@@ -159,6 +217,12 @@ def main():
     ap.add_argument("--threads", default="1,2", help="thread counts, comma-separated (torch's OMP threads, dszero --threads)")
     ap.add_argument("--rows", default="plain,z0,z2,z3,z3_offcpu")
     ap.add_argument("--math", default="fast", choices=["fast", "exact"])
+    ap.add_argument("--dszero-mpi", default=None,
+                    help="a dszero built with -tags mpi: the ZeRO rows then run it as 2 processes under mpirun "
+                         "(per-process RSS, as DeepSpeed's ranks); without it they run --nproc 2 in one process")
+    ap.add_argument("--mpirun", default="mpirun")
+    ap.add_argument("--blas-core", default="auto",
+                    help="OPENBLAS_CORETYPE for both sides: auto (by this CPU's features), none (OpenBLAS decides), or a core name")
     ap.add_argument("--out", default=None, help="raw outputs (default: a new temporary directory)")
     args = ap.parse_args()
     if not os.path.isfile(os.path.join(args.harness, "perf_train.py")):
@@ -168,11 +232,15 @@ def main():
     for r in rows:
         if r not in ROWS:
             sys.exit(f"--rows: unknown row {r!r} (known: {', '.join(ROWS)})")
+    if args.blas_core == "auto":
+        args.blas_core = blas_core() or "none"
     out = args.out or tempfile.mkdtemp(prefix="dszero-perf-")
     ds = have_deepspeed(args.python)
     print(f"perf_compare: {args.size}, warmup {args.warmup}, {args.steps} timed steps, {args.reps} repetitions, "
           f"threads {threads}, dszero --math {args.math}; raw output in {out}")
-    print(f"machine: {os.cpu_count()} cores, load {os.getloadavg()}; DeepSpeed {'importable' if ds else 'NOT importable'} in {args.python}")
+    print(f"machine: {os.cpu_count()} cores, load {os.getloadavg()}; DeepSpeed {'importable' if ds else 'NOT importable'} in {args.python}; "
+          f"OPENBLAS_CORETYPE {args.blas_core} on both sides; dszero's ZeRO rows "
+          f"{'2 processes under ' + args.mpirun if args.dszero_mpi else '--nproc 2 in one process (RSS covers both ranks)'}")
     res = {}  # (row, threads) -> list of (their_s, our_s, their_rss, our_rss, load0, load1, their_cpu_s, our_cpu_s)
     for rep in range(args.reps):
         for row in rows:

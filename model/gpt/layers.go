@@ -383,11 +383,7 @@ func (j *ceJob) RunRange(lo, hi int) {
 			case j.bf16:
 				lg = logf(sumExpLanes(x, mx))
 			case j.fast:
-				var sum float64
-				for _, v := range x {
-					sum += float64(fastExp(v - mx))
-				}
-				lg = float32(math.Log(sum))
+				lg = float32(math.Log(expSubSum(x, mx, 0)))
 			default:
 				var sum float64
 				for _, v := range x {
@@ -402,9 +398,7 @@ func (j *ceJob) RunRange(lo, hi int) {
 		// dlogits = (softmax - onehot(t)) · d, in place.
 		mx, lg, d := j.lseMax[r], j.lseLog[r], j.d
 		if j.fast {
-			for i, v := range x {
-				x[i] = fastExp((v-mx)-lg) * d
-			}
+			expSubScale(x, mx, lg, d)
 			x[t] -= d
 			continue
 		}

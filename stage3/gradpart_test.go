@@ -1,0 +1,107 @@
+package stage3_test
+
+import (
+	"testing"
+
+	"github.com/dszero/dszero/blas"
+	"github.com/dszero/dszero/internal/ztest"
+	"github.com/dszero/dszero/mem"
+	"github.com/dszero/dszero/model"
+	"github.com/dszero/dszero/train"
+	"github.com/dszero/dszero/zero"
+)
+
+// gradProbe records rank 0's live gradient-partition bytes at the end of
+// each forward (BeforeBackward of the last unit) and the end of each
+// backward (AfterBackward of unit 0).
+type gradProbe struct {
+	model.UnitHooks
+	acct           *mem.Accountant
+	last           int
+	tier           mem.Tier
+	fwdEnd, bwdEnd []int64
+}
+
+func (p *gradProbe) live() int64 { return p.acct.Snapshot().LiveBytes(p.tier, mem.Grads) }
+
+func (p *gradProbe) BeforeBackward(u int) error {
+	if u == p.last {
+		p.fwdEnd = append(p.fwdEnd, p.live())
+	}
+	return p.UnitHooks.BeforeBackward(u)
+}
+
+func (p *gradProbe) AfterBackward(u int) error {
+	err := p.UnitHooks.AfterBackward(u)
+	if u == 0 {
+		p.bwdEnd = append(p.bwdEnd, p.live())
+	}
+	return err
+}
+
+// TestGradPartitionsReleased: the gradient partitions are resident only
+// between a step's first reductions and its optimizer step. At the end of
+// every forward of a step's first micro-step a rank accounts none of
+// them, at the end of its backward all of them (acquired as each unit's
+// reduction is issued), and they are held across the
+// micro-steps of a step — on the device, and in pinned host memory with
+// offload_optimizer cpu.
+func TestGradPartitionsReleased(t *testing.T) {
+	d := ztest.MustLoadMLP(t, mlpRef)
+	gemm, err := blas.New(blas.Options{Backend: blas.Gonum})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const world = 2
+	var part int64
+	for _, sp := range d.Layout.Specs {
+		part += int64((sp.Numel + world - 1) / world)
+	}
+	for _, tc := range []struct {
+		name    string
+		offload string
+		tier    mem.Tier
+	}{{"device", "", mem.Device}, {"offload cpu", `, "offload_optimizer": {"device": "cpu"}`, mem.PinnedHost}} {
+		t.Run(tc.name, func(t *testing.T) {
+			js := `{"train_micro_batch_size_per_gpu": 2, "gradient_accumulation_steps": 2,
+  "optimizer": {"type": "AdamW", "params": {"torch_adam": true, "lr": 1e-3}},
+  "zero_optimization": {"stage": 3, "stage3_param_persistence_threshold": 0` + tc.offload + `}}`
+			plan, err := ztest.Plan(js, world)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var probe *gradProbe
+			devs := []train.Device{{Acct: mem.NewAccountant(0), Gemm: gemm}, {Acct: mem.NewAccountant(1), Gemm: gemm}}
+			cfg := train.Config{Plan: plan, Model: d.Cfg, Init: d.Init, Batches: mlpSamples{d}, Steps: 3, Devices: devs, Workers: 1,
+				Hooks: func(rank int, eng *zero.Engine) model.UnitHooks {
+					if rank != 0 {
+						return eng.Strategy()
+					}
+					probe = &gradProbe{UnitHooks: eng.Strategy(), acct: devs[0].Acct, last: len(d.Layout.Units) - 1, tier: tc.tier}
+					return probe
+				}}
+			if _, err := train.Run(cfg, func(train.Record) error { return nil }); err != nil {
+				t.Fatal(err)
+			}
+			// Three steps of two micro-steps: forward ends with none, then
+			// all of them (the first micro-step's reductions landed).
+			wantFwd := []int64{0, 4 * part, 0, 4 * part, 0, 4 * part}
+			if len(probe.fwdEnd) != len(wantFwd) {
+				t.Fatalf("%d forwards, want %d", len(probe.fwdEnd), len(wantFwd))
+			}
+			for i, w := range wantFwd {
+				if probe.fwdEnd[i] != w {
+					t.Errorf("micro-step %d: %d bytes of gradient partitions live at the end of forward, want %d", i, probe.fwdEnd[i], w)
+				}
+			}
+			if peak := devs[0].Acct.Snapshot().PeakBytes(tc.tier, mem.Grads); peak != 4*part {
+				t.Errorf("peak gradient partitions %d bytes, want the whole partition, %d", peak, 4*part)
+			}
+			for i, b := range probe.bwdEnd {
+				if b != 4*part {
+					t.Errorf("micro-step %d: %d bytes of gradient partitions live at the end of backward, want all %d", i, b, 4*part)
+				}
+			}
+		})
+	}
+}
