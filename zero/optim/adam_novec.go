@@ -8,4 +8,3 @@ const haveAVX2FMA = false
 
 // vector does nothing here; the scalar kernels start at lo.
 func (k *adamKernel) vector(lo, hi int) int { return lo }
-
