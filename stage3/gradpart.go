@@ -34,6 +34,15 @@ func (t tierSplit) add(u tierSplit) tierSplit { return tierSplit{t.tier + u.tier
 // resident, and splits each unit's range by the tiers of the sub-groups
 // it overlaps.
 func (s *Strategy) allocGrad(n int) error {
+	covered := 0
+	for _, l := range s.unitLen {
+		covered += l
+	}
+	if covered != n {
+		// Each step writes a unit's partitions before reading them; an
+		// element outside every unit would read what a page held last.
+		return fmt.Errorf("the units' partitions cover %d of the %d elements", covered, n)
+	}
 	gp, err := zcore.NewPages(n)
 	if err != nil {
 		return err
