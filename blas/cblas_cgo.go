@@ -18,7 +18,7 @@ typedef void (*dsz_sgemm_fn)(int order, int transA, int transB, int m, int n, in
 	float beta, float *c, int ldc);
 typedef void (*dsz_set_threads_fn)(int);
 typedef int (*dsz_get_threads_fn)(void);
-typedef char *(*dsz_get_config_fn)(void);
+typedef char *(*dsz_get_string_fn)(void);
 typedef void (*dsz_void_fn)(void);
 
 // dsz_open dlopens name; on failure it copies dlerror's message into err,
@@ -57,7 +57,7 @@ static void dsz_sgemm_loop(void *fn, long reps, int ta, int tb, int m, int n, in
 
 static void dsz_set_threads(void *fn, int n) { ((dsz_set_threads_fn)fn)(n); }
 static int dsz_get_threads(void *fn) { return ((dsz_get_threads_fn)fn)(); }
-static const char *dsz_get_config(void *fn) { return ((dsz_get_config_fn)fn)(); }
+static const char *dsz_get_string(void *fn) { return ((dsz_get_string_fn)fn)(); }
 static void dsz_call(void *fn) { ((dsz_void_fn)fn)(); }
 */
 import "C"
@@ -124,14 +124,7 @@ func openOne(lib string) (*cblasEngine, error) {
 		// may share is not worth the risk for one failed probe.
 		return nil, fmt.Errorf("%s: no cblas_sgemm symbol", lib)
 	}
-	if cfg := e.sym("openblas_get_config"); cfg != nil {
-		if s := C.dsz_get_config(cfg); s != nil {
-			e.config = strings.TrimSpace(C.GoString(s))
-		}
-		if e.config == "" {
-			e.config = "OpenBLAS"
-		}
-	}
+	e.config = e.readConfig()
 	e.getThreads = e.sym("openblas_get_num_threads")
 	if err := e.retune(); err != nil {
 		return nil, fmt.Errorf("%s: %w", lib, err)
@@ -147,8 +140,8 @@ func openOne(lib string) (*cblasEngine, error) {
 // the environment. It runs before this engine's first GEMM, under retuneMu;
 // a library already re-tuned reports its new core and is left alone.
 func (e *cblasEngine) retune() error {
-	if e.sym("openblas_get_corename") == nil || e.sym("gotoblas_dynamic_init") == nil {
-		return nil // not a DYNAMIC_ARCH OpenBLAS
+	if e.sym("gotoblas_dynamic_init") == nil {
+		return nil // not a DYNAMIC_ARCH OpenBLAS: its kernels are fixed
 	}
 	retuneMu.Lock()
 	defer retuneMu.Unlock()
@@ -171,7 +164,7 @@ func (e *cblasEngine) corename() string {
 	if fn == nil {
 		return ""
 	}
-	return strings.TrimSpace(C.GoString(C.dsz_get_config(fn)))
+	return strings.TrimSpace(C.GoString(C.dsz_get_string(fn)))
 }
 
 // switchCore makes a DYNAMIC_ARCH OpenBLAS use core type want (a name
@@ -195,14 +188,26 @@ func (e *cblasEngine) switchCore(want string) (string, error) {
 	} else {
 		err = os.Unsetenv(CoreTypeEnv)
 	}
-	if cfg := e.sym("openblas_get_config"); cfg != nil {
-		if s := C.dsz_get_config(cfg); s != nil {
-			e.config = strings.TrimSpace(C.GoString(s))
-		}
-	}
+	e.config = e.readConfig() // names the new core
 	return e.corename(), err
 }
 
+// readConfig is openblas_get_config() ("OpenBLAS" when it says nothing),
+// or "" for a CBLAS that is not OpenBLAS.
+func (e *cblasEngine) readConfig() string {
+	fn := e.sym("openblas_get_config")
+	if fn == nil {
+		return ""
+	}
+	if s := C.dsz_get_string(fn); s != nil {
+		if cfg := strings.TrimSpace(C.GoString(s)); cfg != "" {
+			return cfg
+		}
+	}
+	return "OpenBLAS"
+}
+
+// sym looks up a symbol in the library, or returns nil.
 func (e *cblasEngine) sym(name string) unsafe.Pointer {
 	cs := C.CString(name)
 	defer C.free(unsafe.Pointer(cs))

@@ -5,8 +5,8 @@ import "testing"
 // TestZeroPPKeys: qwZ and qgZ compile at stage 3 with fp16; off fp16
 // they run with a warning (DeepSpeed would quantize the wrong bits, dszero
 // quantizes the values); a communication_data_type other than the model's
-// is refused with qgZ; at other
-// stages DeepSpeed ignores them, and so does dszero, with a warning;
+// is refused with qgZ; at other stages DeepSpeed ignores them, and so does
+// dszero, with a warning;
 // zeropp_loco_param (LoCo, newer than 0.14.5) is refused with qgZ and
 // ignored, with a warning, without it.
 func TestZeroPPKeys(t *testing.T) {

@@ -36,19 +36,6 @@ func Place(lay partition.Stage3Layout, tier mem.Tier, lo, hi int) Placement {
 // without partial offload).
 func (p Placement) InTier(g int) bool { return g >= p.Lo && g < p.Hi }
 
-// Single is the one tier every sub-group's optimizer side lives in, or
-// false with partial offload, which splits them between Tier and the
-// device.
-func (p Placement) Single() (mem.Tier, bool) {
-	switch {
-	case p.tierElems == 0:
-		return mem.Device, true
-	case p.devElems == 0:
-		return p.Tier, true
-	}
-	return 0, false
-}
-
 // Alloc allocates a rank-local buffer of the optimizer side (master or
 // gradient partitions, one element per element of the layout), accounted
 // in category c: the elements of the sub-groups in Tier there, the

@@ -18,11 +18,14 @@ type gradProbe struct {
 	model.UnitHooks
 	acct           *mem.Accountant
 	last           int
-	tier           mem.Tier
 	fwdEnd, bwdEnd []int64
 }
 
-func (p *gradProbe) live() int64 { return p.acct.Snapshot().LiveBytes(p.tier, mem.Grads) }
+// live is the gradient-partition bytes accounted now, in every tier.
+func (p *gradProbe) live() int64 {
+	s := p.acct.Snapshot()
+	return s.LiveBytes(mem.Device, mem.Grads) + s.LiveBytes(mem.PinnedHost, mem.Grads)
+}
 
 func (p *gradProbe) BeforeBackward(u int) error {
 	if u == p.last {
@@ -44,8 +47,8 @@ func (p *gradProbe) AfterBackward(u int) error {
 // every forward of a step's first micro-step a rank accounts none of
 // them, at the end of its backward all of them (acquired as each unit's
 // reduction is issued), and they are held across the
-// micro-steps of a step — on the device, and in pinned host memory with
-// offload_optimizer cpu.
+// micro-steps of a step — on the device, in pinned host memory with
+// offload_optimizer cpu, and split between them with partial offload.
 func TestGradPartitionsReleased(t *testing.T) {
 	d := ztest.MustLoadMLP(t, mlpRef)
 	gemm, err := blas.New(blas.Options{Backend: blas.Gonum})
@@ -60,11 +63,15 @@ func TestGradPartitionsReleased(t *testing.T) {
 	for _, tc := range []struct {
 		name    string
 		offload string
-		tier    mem.Tier
-	}{{"device", "", mem.Device}, {"offload cpu", `, "offload_optimizer": {"device": "cpu"}`, mem.PinnedHost}} {
+		tiers   []mem.Tier // where the partitions peak
+	}{
+		{"device", "", []mem.Tier{mem.Device}},
+		{"offload cpu", `, "offload_optimizer": {"device": "cpu"}`, []mem.Tier{mem.PinnedHost}},
+		{"partial offload", `, "sub_group_size": 500, "offload_optimizer": {"device": "cpu", "ratio": 0.5}`, []mem.Tier{mem.PinnedHost, mem.Device}},
+	} {
 		t.Run(tc.name, func(t *testing.T) {
 			js := `{"train_micro_batch_size_per_gpu": 2, "gradient_accumulation_steps": 2,
-  "optimizer": {"type": "AdamW", "params": {"torch_adam": true, "lr": 1e-3}},
+  "optimizer": {"type": "AdamW", "params": {"lr": 1e-3}},
   "zero_optimization": {"stage": 3, "stage3_param_persistence_threshold": 0` + tc.offload + `}}`
 			plan, err := ztest.Plan(js, world)
 			if err != nil {
@@ -77,7 +84,7 @@ func TestGradPartitionsReleased(t *testing.T) {
 					if rank != 0 {
 						return eng.Strategy()
 					}
-					probe = &gradProbe{UnitHooks: eng.Strategy(), acct: devs[0].Acct, last: len(d.Layout.Units) - 1, tier: tc.tier}
+					probe = &gradProbe{UnitHooks: eng.Strategy(), acct: devs[0].Acct, last: len(d.Layout.Units) - 1}
 					return probe
 				}}
 			if _, err := train.Run(cfg, func(train.Record) error { return nil }); err != nil {
@@ -94,8 +101,16 @@ func TestGradPartitionsReleased(t *testing.T) {
 					t.Errorf("micro-step %d: %d bytes of gradient partitions live at the end of forward, want %d", i, probe.fwdEnd[i], w)
 				}
 			}
-			if peak := devs[0].Acct.Snapshot().PeakBytes(tc.tier, mem.Grads); peak != 4*part {
-				t.Errorf("peak gradient partitions %d bytes, want the whole partition, %d", peak, 4*part)
+			var peak int64
+			for _, tier := range tc.tiers {
+				p := devs[0].Acct.Snapshot().PeakBytes(tier, mem.Grads)
+				if p == 0 {
+					t.Errorf("no gradient partitions in %v", tier)
+				}
+				peak += p
+			}
+			if peak != 4*part {
+				t.Errorf("peak gradient partitions %d bytes over %v, want the whole partition, %d", peak, tc.tiers, 4*part)
 			}
 			for i, b := range probe.bwdEnd {
 				if b != 4*part {

@@ -127,14 +127,14 @@ type Strategy struct {
 	unitLen     []int  // model unit → length of its partitions there
 
 	params paramStore // the rank-local partitions in the training precision
-	grad   []float32  // rank-local averaged gradient partitions (mem.Grads)
-	// gradPages backs grad when the partitions live in one tier: then they
-	// are resident only from the reduction that first writes a unit's
-	// partitions in a step until the optimizer step has read them
-	// (acquireGrad, releaseGrad); nil: grad is allocated for good.
+	// grad, gradPages' buffer, is the rank-local averaged gradient
+	// partitions (mem.Grads), resident only from the reduction that first
+	// writes a unit's partitions in a step until the optimizer step has
+	// read them (gradpart.go).
+	grad      []float32
 	gradPages *zcore.Pages
-	gradTier  mem.Tier
-	gradLive  int               // elements of grad acquired since the last step (accounted as mem.Grads)
+	gradUnit  []tierSplit       // model unit → its partitions' elements by tier
+	gradLive  tierSplit         // acquired since the last step (accounted)
 	optim     optimStore        // the fp32 master partitions and optimizer state
 	place     offload.Placement // the tier of each sub-group's master, gradients and optimizer state
 
@@ -588,7 +588,7 @@ func (s *Strategy) fitCache() {
 	if s.pages == nil {
 		return // closed, or not made yet
 	}
-	live := s.f.live + s.r.ug.LiveNumel() + s.gradLive
+	live := s.f.live + s.r.ug.LiveNumel() + s.gradLive.tier + s.gradLive.dev
 	s.peakLive = max(s.peakLive, live)
 	s.pages.SetRoom((s.peakLive - live) / zcore.HugePageElems)
 }

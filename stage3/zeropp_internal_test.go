@@ -31,9 +31,12 @@ func round64(dt device.DType) func(float64) float64 {
 	return func(v float64) float64 { return float64(n(float32(v))) }
 }
 
-// ulp is dt's relative precision, 2^-(mantissa bits).
+// ulp is the relative tolerance the tests allow in dt: one ulp of the
+// 16-bit dtypes, 2^-(mantissa bits), and two of fp32, 2^-22, where a
+// float32 scale times a level rounds once more than the float64 model and
+// no coarser rounding follows to absorb it.
 func ulp(dt device.DType) float64 {
-	return map[device.DType]float64{device.F16: 0x1p-10, device.BF16: 0x1p-7, device.F32: 0x1p-20}[dt]
+	return map[device.DType]float64{device.F16: 0x1p-10, device.BF16: 0x1p-7, device.F32: 0x1p-22}[dt]
 }
 
 // optionsIn is options with the model's dtype dt.
@@ -248,7 +251,6 @@ func testQuantizedGradients(t *testing.T, dt device.DType, nodes, devices int) {
 	// The model, per destination rank R = k·devices + d.
 	want := make([][]float64, world)
 	for R := range world {
-		d := R % devices
 		var sum []float64
 		for k2 := range nodes {
 			// ŷ: node k2's device-order fp16 sum of its ranks' dequantized partition R, requantized.
@@ -277,7 +279,6 @@ func testQuantizedGradients(t *testing.T, dt device.DType, nodes, devices int) {
 				}
 			}
 		}
-		_ = d
 		for e := range sum {
 			sum[e] = rnd(sum[e] / float64(nodes))
 		}
@@ -340,7 +341,6 @@ func testQuantizedGradients(t *testing.T, dt device.DType, nodes, devices int) {
 		// The bias: the plain average over the world.
 		bo := l.Specs[1].Offset
 		lo, hi, _ := partition.PerParam(6, world, R)
-		ps := partition.ParamPartitionSize(6, world)
 		for e := lo; e < hi; e++ {
 			var sum float32
 			for r := range world {
@@ -352,7 +352,6 @@ func testQuantizedGradients(t *testing.T, dt device.DType, nodes, devices int) {
 				t.Errorf("rank %d bias %d: %v, want %v", R, e, gv, sum)
 			}
 		}
-		_ = ps
 	}
 }
 

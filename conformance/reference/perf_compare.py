@@ -67,7 +67,8 @@ def blas_core(flags_path="/proc/cpuinfo"):
     OpenBLAS's DYNAMIC_ARCH build picks its kernels from the CPU's family and model, and falls back to
     Prescott (SSE3) on a model it does not know, as a VM's generic "Intel(R) Xeon(R) Processor" is: both
     sides then run several times slower than the hardware allows. Choosing by features instead gives both
-    sides the same kernels the issue's table was measured with (Cooperlake with AVX-512 BF16)."""
+    sides the same kernels the issue's table was measured with (Cooperlake with AVX-512 BF16). The rule is
+    blas.FeatureCore's, by which dszero re-tunes a misdetecting OpenBLAS by itself; PyTorch does not."""
     try:
         with open(flags_path) as f:
             flags = next((l.split(":", 1)[1].split() for l in f if l.startswith("flags")), [])
@@ -170,8 +171,10 @@ def ours(args, row, threads, out):
     sz = SIZES[args.size]
     if stage is not None and args.dszero_mpi:
         # Two processes under Open MPI, as the issue's table ran: peak RSS is per process, per rank.
-        cmd = [args.mpirun, "--allow-run-as-root", "--oversubscribe", "--bind-to", "none", "-np", "2",
-               "-x", "OPENBLAS_CORETYPE", args.dszero_mpi]
+        cmd = [args.mpirun, "--allow-run-as-root", "--oversubscribe", "--bind-to", "none", "-np", "2"]
+        if args.blas_core != "none":
+            cmd += ["-x", "OPENBLAS_CORETYPE"]  # mpirun exports only what it is told to
+        cmd.append(args.dszero_mpi)
     else:
         cmd = [args.dszero]
     cmd += ["train", "--deepspeed", cfgp, "--model", sz["preset"], "--seq", str(sz["seq"]),

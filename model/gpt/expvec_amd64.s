@@ -2,7 +2,7 @@
 
 #include "textflag.h"
 
-// Eight lanes of e^x in float32 (expvec.go): Cephes's expf. x is clamped
+// Eight lanes of e^x in float32 (expvec_amd64.go): Cephes's expf. x is clamped
 // to [-87.3365, 88], n = round(x·log2 e), r = x − n·ln2 in two parts
 // (fused), e^r = (P(r)·r + 1)·r + 1 with P of degree 5, times 2^n built
 // in the exponent bits. Lanes below −87.3365 (−Inf included; e^x below

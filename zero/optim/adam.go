@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"math"
+
+	"github.com/dszero/dszero/internal/vecloop"
 )
 
 // AdamFlavor selects whose Adam an Adam optimizer reproduces.
@@ -331,6 +333,10 @@ type adamKernel struct {
 	bc2, eps, ss       float32
 	p, g, m, v, vmax   []float32
 }
+
+// vecBlock is the most elements one assembly call gets (vecloop.Block);
+// the tests size their buffers by it on every build.
+const vecBlock = vecloop.Block
 
 // Chunk runs the AVX2 kernels (adam_avx2_amd64.go), where the CPU has
 // them, on all but the last (hi-lo)%8 elements, and the scalar kernels on

@@ -2,7 +2,11 @@
 
 package optim
 
-import "golang.org/x/sys/cpu"
+import (
+	"golang.org/x/sys/cpu"
+
+	"github.com/dszero/dszero/internal/vecloop"
+)
 
 // haveAVX2FMA selects the AVX2+FMA3 Adam kernels of adam_avx2_amd64.s.
 // x/sys/cpu also checks that the OS saves the YMM registers. Lanes and
@@ -10,24 +14,11 @@ import "golang.org/x/sys/cpu"
 // speed only, never a bit of the result.
 var haveAVX2FMA = cpu.X86.HasAVX2 && cpu.X86.HasFMA
 
-// vecBlock bounds one assembly call (256 KiB of each stream): assembly
-// cannot be preempted, so a long partition is cut into blocks between
-// which the scheduler and the GC can stop the goroutine.
-const vecBlock = 1 << 16
-
 // vectorPrefix runs block(i, n) over the longest multiple-of-8 prefix of
-// [0, length) in blocks [i, i+n) of at most vecBlock elements, in order,
-// and returns the prefix's end, where the scalar code must continue (0
-// without AVX2+FMA or below 8 elements).
+// [0, length) in blocks of at most vecBlock elements (vecloop.Prefix) and
+// returns where the scalar code must continue (0 without AVX2+FMA).
 func vectorPrefix(length int, block func(i, n int)) int {
-	if !haveAVX2FMA || length < 8 {
-		return 0
-	}
-	end := length &^ 7
-	for i := 0; i < end; i += vecBlock {
-		block(i, min(vecBlock, end-i))
-	}
-	return end
+	return vecloop.Prefix(haveAVX2FMA, length, block)
 }
 
 // vector runs the non-AMSGrad kernels 8 lanes at a time over the longest

@@ -8,7 +8,3 @@ const haveAVX2FMA = false
 
 // vector does nothing here; the scalar kernels start at lo.
 func (k *adamKernel) vector(lo, hi int) int { return lo }
-
-// vecBlock is the assembly block length of adam_avx2_amd64.go; the tests
-// size their buffers by it on every build.
-const vecBlock = 1 << 16

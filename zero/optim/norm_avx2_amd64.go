@@ -8,11 +8,7 @@ package optim
 //
 // The prefix is cut into blocks of at most vecBlock elements
 // (vectorPrefix), one assembly call each, with the accumulators carried
-// from block to block through acc: assembly cannot be preempted, and a
-// gradient partition of 10^8
-// elements would otherwise keep the scheduler and the GC waiting for tens
-// of milliseconds. Storing and reloading the 8 lanes between blocks
-// changes no bit, so the result is independent of the block length.
+// from block to block through acc (see package vecloop).
 func sumSquaresVector(acc *[8]float32, x []float32) int {
 	return vectorPrefix(len(x), func(i, n int) { sumSquaresAVX2(acc, &x[i], n) })
 }
