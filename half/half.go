@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"math"
 	"unsafe"
+
+	"github.com/dszero/dszero/internal/vecloop"
 )
 
 // Bit patterns of special values.
@@ -197,7 +199,26 @@ func BF16ToF32(dst []float32, src []uint16) {
 }
 
 // RoundF16 replaces each x[i] by the nearest fp16 value, kept as float32.
+// On amd64 with AVX2 eight elements at a time (round_amd64.s), the same
+// bits.
 func RoundF16(x []float32) {
+	for i := 0; i < len(x); {
+		if n := min((len(x)-i)&^7, vecloop.Block); haveRoundVec && n > 0 {
+			done := roundF16AVX2(&x[i], n)
+			i += done
+			if done == n {
+				continue
+			}
+		}
+		// One eight (or the tail) the vector loop did not take: a lane
+		// that overflows or is not finite.
+		end := min(len(x), i+8)
+		roundF16Scalar(x[i:end])
+		i = end
+	}
+}
+
+func roundF16Scalar(x []float32) {
 	for i, f := range x {
 		// Inline fast path for normal fp16 results, as in F32ToF16.
 		b := math.Float32bits(f)
@@ -213,9 +234,12 @@ func RoundF16(x []float32) {
 }
 
 // RoundBF16 replaces each x[i] by the nearest bf16 value, kept as float32.
+// On amd64 with AVX2 eight elements at a time (round_amd64.s), the same
+// bits.
 func RoundBF16(x []float32) {
-	for i, f := range x {
-		x[i] = NearestBF16(f)
+	n := vecloop.Prefix(haveRoundVec, len(x), func(i, n int) { roundBF16AVX2(&x[i], n) })
+	for i, f := range x[n:] {
+		x[n+i] = NearestBF16(f)
 	}
 }
 

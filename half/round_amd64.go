@@ -1,0 +1,27 @@
+//go:build !purego
+
+package half
+
+import "golang.org/x/sys/cpu"
+
+// Rounding a float32 slice to 16-bit values in place is what 16-bit
+// training does to every op output and every gradient, so on amd64 with
+// AVX2 it runs eight lanes at a time (round_amd64.s), with the same bits
+// as NearestBF16 and NearestF16 (TestRoundVecMatchesScalar).
+
+// haveRoundVec: the CPU runs round_amd64.s.
+var haveRoundVec = cpu.X86.HasAVX2
+
+// roundBF16AVX2 rounds x[0:n] to bf16 in place; n is a positive multiple
+// of 8.
+//
+//go:noescape
+func roundBF16AVX2(x *float32, n int)
+
+// roundF16AVX2 rounds x[0:n] to fp16 in place, eight at a time, while
+// no lane of an eight is Inf, NaN or rounds past the largest fp16 value,
+// and returns how many it rounded (a multiple of 8): the caller rounds
+// the next eight one by one. n is a positive multiple of 8.
+//
+//go:noescape
+func roundF16AVX2(x *float32, n int) int

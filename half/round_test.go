@@ -1,0 +1,63 @@
+package half
+
+import (
+	"math"
+	"math/rand/v2"
+	"testing"
+)
+
+// TestRoundVecMatchesScalar: RoundBF16 and RoundF16 (eight lanes at a
+// time where the CPU has AVX2) give NearestBF16's and NearestF16's bits
+// for every float32 bit pattern on a stride through all 2^32 of them,
+// every pattern near the fp16 and bf16 boundaries (zero, the subnormal
+// limit, the overflow threshold, Inf, NaN, both signs), and random
+// slices of mixed values at every length up to 40 and offsets that
+// split the eights.
+func TestRoundVecMatchesScalar(t *testing.T) {
+	var pats []uint32
+	for p := uint64(0); p < 1<<32; p += 4099 {
+		pats = append(pats, uint32(p))
+	}
+	for _, edge := range []uint32{0, 0x00000001, 0x387FFFFF, 0x38800000, 0x477FEFFF, 0x477FF000, 0x47800000,
+		0x7F7FFFFF, 0x7F800000, 0x7F800001, 0x7FC00000, 0x7FFFFFFF, 0x33000000, 0x33000001} {
+		for d := uint32(0); d < 64; d++ {
+			for _, s := range []uint32{0, 0x80000000} {
+				pats = append(pats, (edge+d)|s, (edge-d)|s)
+			}
+		}
+	}
+	check := func(name string, round func([]float32), near func(float32) float32, in []float32) {
+		t.Helper()
+		got := append([]float32(nil), in...)
+		round(got)
+		for i, f := range in {
+			if w := near(f); math.Float32bits(got[i]) != math.Float32bits(w) {
+				t.Fatalf("%s(%#08x) = %#08x, Nearest gives %#08x", name, math.Float32bits(f), math.Float32bits(got[i]), math.Float32bits(w))
+			}
+		}
+	}
+	in := make([]float32, len(pats))
+	for i, p := range pats {
+		in[i] = math.Float32frombits(p)
+	}
+	check("RoundBF16", RoundBF16, NearestBF16, in)
+	check("RoundF16", RoundF16, NearestF16, in)
+
+	rng := rand.New(rand.NewPCG(1, 2))
+	pool := []float32{0, float32(math.Copysign(0, -1)), 1e-6, -3e-7, 65519, 65520, 70000, float32(math.Inf(1)), float32(math.NaN())}
+	for n := 0; n <= 40; n++ {
+		for off := range 8 {
+			x := make([]float32, off+n)
+			for i := range x {
+				if rng.IntN(6) == 0 {
+					x[i] = pool[rng.IntN(len(pool))]
+				} else {
+					x[i] = float32(rng.NormFloat64() * 10)
+				}
+			}
+			check("RoundBF16", RoundBF16, NearestBF16, x[off:])
+			check("RoundF16", RoundF16, NearestF16, x[off:])
+		}
+	}
+	t.Logf("vector rounding: %v", haveRoundVec)
+}
