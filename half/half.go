@@ -180,21 +180,45 @@ func F16ToF32(dst []float32, src []uint16) {
 	}
 }
 
-// F32ToBF16 writes the bf16 bit pattern of each src[i] to dst[i].
+// F32ToBF16 writes the bf16 bit pattern of each src[i] to dst[i]
+// (eight at a time with AVX2, the same bits).
 func F32ToBF16(dst []uint16, src []float32) {
 	checkLen("F32ToBF16", len(dst), len(src))
-	dst = dst[:len(src)]
-	for i, f := range src {
-		dst[i] = BF16FromF32(f)
+	packBF16(dst[:len(src)], src)
+}
+
+// BF16ToF32 writes the float32 value of each bf16 pattern src[i] to dst[i]
+// (eight at a time with AVX2).
+func BF16ToF32(dst []float32, src []uint16) {
+	checkLen("BF16ToF32", len(dst), len(src))
+	unpackBF16(dst[:len(src)], src)
+}
+
+// packBF16 writes the bf16 patterns of src to dst (len(src) of them) in
+// ascending order, so that dst may alias the first half of src's bytes.
+func packBF16(dst []uint16, src []float32) {
+	n := vecloop.Prefix(haveRoundVec, len(src), func(i, n int) { packBF16AVX2(&dst[i], &src[i], n) })
+	for i := n; i < len(src); i++ {
+		dst[i] = BF16FromF32(src[i])
 	}
 }
 
-// BF16ToF32 writes the float32 value of each bf16 pattern src[i] to dst[i].
-func BF16ToF32(dst []float32, src []uint16) {
-	checkLen("BF16ToF32", len(dst), len(src))
-	dst = dst[:len(src)]
-	for i, b := range src {
-		dst[i] = math.Float32frombits(uint32(b) << 16)
+// unpackBF16 writes the float32 values of the bf16 patterns src to dst
+// (len(dst) of them) in descending order, so that src may be the first
+// half of dst's bytes.
+func unpackBF16(dst []float32, src []uint16) {
+	src = src[:len(dst)]
+	m := 0
+	if haveRoundVec {
+		m = len(dst) &^ 7
+	}
+	for i := len(dst) - 1; i >= m; i-- {
+		dst[i] = F32FromBF16(src[i])
+	}
+	for end := m; end > 0; {
+		n := min(end, vecloop.Block)
+		unpackBF16AVX2(&dst[end-n], &src[end-n], n)
+		end -= n
 	}
 }
 
@@ -251,9 +275,7 @@ func RoundBF16(x []float32) {
 // second buffer: DeepSpeed's tensor.to(communication_data_type).
 func PackBF16(x []float32) []uint16 {
 	p := packed(x)
-	for i, f := range x {
-		p[i] = BF16FromF32(f)
-	}
+	packBF16(p, x)
 	return p
 }
 
@@ -261,11 +283,7 @@ func PackBF16(x []float32) []uint16 {
 // into x[lo:hi] (float32 i overwrites patterns 2i and 2i+1, which the
 // descending loop has already read).
 func UnpackBF16(x []float32, lo, hi int) {
-	p := packed(x)
-	_ = x[lo:hi]
-	for i := hi - 1; i >= lo; i-- {
-		x[i] = F32FromBF16(p[i])
-	}
+	unpackBF16(x[lo:hi], packed(x)[lo:hi])
 }
 
 // PackF16 is PackBF16 for fp16.

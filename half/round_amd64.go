@@ -25,3 +25,17 @@ func roundBF16AVX2(x *float32, n int)
 //
 //go:noescape
 func roundF16AVX2(x *float32, n int) int
+
+// packBF16AVX2 writes the bf16 patterns of src[0:n] to dst[0:n] in
+// ascending order (dst may alias the first half of src's bytes); n is a
+// positive multiple of 8.
+//
+//go:noescape
+func packBF16AVX2(dst *uint16, src *float32, n int)
+
+// unpackBF16AVX2 writes the float32 values of the bf16 patterns
+// src[0:n] to dst[0:n] in descending order (src may be the first half
+// of dst's bytes); n is a positive multiple of 8.
+//
+//go:noescape
+func unpackBF16AVX2(dst *float32, src *uint16, n int)

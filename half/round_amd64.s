@@ -106,3 +106,56 @@ hdone:
 	MOVQ AX, ret+16(FP)
 	VZEROUPPER
 	RET
+
+// func packBF16AVX2(dst *uint16, src *float32, n int)
+// dst[i] = the bf16 pattern of src[i] (roundBF16AVX2's rounding, then the
+// top 16 bits), ascending: dst may alias the first half of src's bytes.
+TEXT ·packBF16AVX2(SB), NOSPLIT, $0-24
+	MOVQ dst+0(FP), DI
+	MOVQ src+8(FP), SI
+	MOVQ n+16(FP), CX
+	VPBROADCASTD bfBias<>(SB), Y8
+	VPBROADCASTD one32<>(SB), Y9
+	VPBROADCASTD bfMask<>(SB), Y10
+	VPBROADCASTD absMask<>(SB), Y11
+	VPBROADCASTD inf32<>(SB), Y12
+	VPBROADCASTD bfNaN<>(SB), Y13
+
+packloop:
+	VMOVDQU   (SI), Y0
+	VPSRLD    $16, Y0, Y1
+	VPAND     Y9, Y1, Y1
+	VPADDD    Y8, Y0, Y2
+	VPADDD    Y1, Y2, Y2
+	VPAND     Y10, Y2, Y2
+	VPAND     Y11, Y0, Y3
+	VPCMPGTD  Y12, Y3, Y3
+	VPBLENDVB Y3, Y13, Y2, Y2
+	VPSRLD    $16, Y2, Y2
+	VPACKUSDW Y2, Y2, Y2
+	VPERMQ    $0x08, Y2, Y2
+	VMOVDQU   X2, (DI)
+	ADDQ      $32, SI
+	ADDQ      $16, DI
+	SUBQ      $8, CX
+	JNZ       packloop
+	VZEROUPPER
+	RET
+
+// func unpackBF16AVX2(dst *float32, src *uint16, n int)
+// dst[i] = the float32 of bf16 pattern src[i], descending: src may be
+// the first half of dst's bytes.
+TEXT ·unpackBF16AVX2(SB), NOSPLIT, $0-24
+	MOVQ dst+0(FP), DI
+	MOVQ src+8(FP), SI
+	MOVQ n+16(FP), CX
+
+unpackloop:
+	SUBQ      $8, CX
+	VPMOVZXWD (SI)(CX*2), Y0
+	VPSLLD    $16, Y0, Y0
+	VMOVDQU   Y0, (DI)(CX*4)
+	TESTQ     CX, CX
+	JNZ       unpackloop
+	VZEROUPPER
+	RET

@@ -3,6 +3,7 @@ package half
 import (
 	"math"
 	"math/rand/v2"
+	"slices"
 	"testing"
 )
 
@@ -14,18 +15,7 @@ import (
 // slices of mixed values at every length up to 40 and offsets that
 // split the eights.
 func TestRoundVecMatchesScalar(t *testing.T) {
-	var pats []uint32
-	for p := uint64(0); p < 1<<32; p += 4099 {
-		pats = append(pats, uint32(p))
-	}
-	for _, edge := range []uint32{0, 0x00000001, 0x387FFFFF, 0x38800000, 0x477FEFFF, 0x477FF000, 0x47800000,
-		0x7F7FFFFF, 0x7F800000, 0x7F800001, 0x7FC00000, 0x7FFFFFFF, 0x33000000, 0x33000001} {
-		for d := uint32(0); d < 64; d++ {
-			for _, s := range []uint32{0, 0x80000000} {
-				pats = append(pats, (edge+d)|s, (edge-d)|s)
-			}
-		}
-	}
+	pats := testPatterns()
 	check := func(name string, round func([]float32), near func(float32) float32, in []float32) {
 		t.Helper()
 		got := append([]float32(nil), in...)
@@ -60,4 +50,82 @@ func TestRoundVecMatchesScalar(t *testing.T) {
 		}
 	}
 	t.Logf("vector rounding: %v", haveRoundVec)
+}
+
+// testPatterns are float32 bit patterns on a stride through all 2^32 and
+// around every fp16 and bf16 boundary, both signs.
+func testPatterns() []uint32 {
+	var pats []uint32
+	for p := uint64(0); p < 1<<32; p += 4099 {
+		pats = append(pats, uint32(p))
+	}
+	for _, edge := range []uint32{0, 0x00000001, 0x387FFFFF, 0x38800000, 0x477FEFFF, 0x477FF000, 0x47800000,
+		0x7F7FFFFF, 0x7F800000, 0x7F800001, 0x7FC00000, 0x7FFFFFFF, 0x33000000, 0x33000001, 0x3F808000, 0x3F818000} {
+		for d := uint32(0); d < 64; d++ {
+			for _, s := range []uint32{0, 0x80000000} {
+				pats = append(pats, (edge+d)|s, (edge-d)|s)
+			}
+		}
+	}
+	return pats
+}
+
+// TestBF16ConvertVecMatchesScalar: F32ToBF16, BF16ToF32, PackBF16 and
+// UnpackBF16 (eight at a time with AVX2) give BF16FromF32's and
+// F32FromBF16's bits on testPatterns and on every length up to 40, and
+// Unpack of parts [lo, hi) of a packed buffer restores exactly that
+// part, whatever its alignment.
+func TestBF16ConvertVecMatchesScalar(t *testing.T) {
+	pats := testPatterns()
+	src := make([]float32, len(pats))
+	for i, p := range pats {
+		src[i] = math.Float32frombits(p)
+	}
+	want := make([]uint16, len(src))
+	for i, f := range src {
+		want[i] = BF16FromF32(f)
+	}
+	got := make([]uint16, len(src))
+	F32ToBF16(got, src)
+	for i := range want {
+		if got[i] != want[i] {
+			t.Fatalf("F32ToBF16(%#08x) = %#04x, want %#04x", pats[i], got[i], want[i])
+		}
+	}
+	back := make([]float32, len(src))
+	BF16ToF32(back, want)
+	for i, b := range want {
+		if math.Float32bits(back[i]) != uint32(b)<<16 {
+			t.Fatalf("BF16ToF32(%#04x) = %#08x", b, math.Float32bits(back[i]))
+		}
+	}
+	x := append([]float32(nil), src...)
+	if p := PackBF16(x); !slices.Equal(p, want) {
+		t.Fatal("PackBF16 differs from BF16FromF32")
+	}
+	UnpackBF16(x, 0, len(x))
+	for i, b := range want {
+		if math.Float32bits(x[i]) != uint32(b)<<16 {
+			t.Fatalf("UnpackBF16 element %d = %#08x, want %#04x<<16", i, math.Float32bits(x[i]), b)
+		}
+	}
+	rng := rand.New(rand.NewPCG(3, 4))
+	for n := 1; n <= 40; n++ {
+		for range 4 {
+			lo := rng.IntN(n)
+			hi := lo + rng.IntN(n-lo+1)
+			in := make([]float32, n)
+			for i := range in {
+				in[i] = float32(rng.NormFloat64())
+			}
+			x := append([]float32(nil), in...)
+			PackBF16(x)
+			UnpackBF16(x, lo, hi)
+			for i := lo; i < hi; i++ {
+				if w := F32FromBF16(BF16FromF32(in[i])); math.Float32bits(x[i]) != math.Float32bits(w) {
+					t.Fatalf("n %d, part [%d, %d): element %d = %v, want %v", n, lo, hi, i, x[i], w)
+				}
+			}
+		}
+	}
 }
