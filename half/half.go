@@ -149,10 +149,17 @@ func checkLen(op string, dst, src int) {
 	}
 }
 
-// F32ToF16 writes the fp16 bit pattern of each src[i] to dst[i].
+// F32ToF16 writes the fp16 bit pattern of each src[i] to dst[i] (eight at
+// a time with F16C, the same bits).
 func F32ToF16(dst []uint16, src []float32) {
 	checkLen("F32ToF16", len(dst), len(src))
-	dst = dst[:len(src)]
+	packF16(dst[:len(src)], src)
+}
+
+// packF16 is packBF16 for fp16.
+func packF16(dst []uint16, src []float32) {
+	n := vecloop.Prefix(haveF16C, len(src), func(i, n int) { packF16F16C(&dst[i], &src[i], n) })
+	dst, src = dst[n:], src[n:]
 	for i, f := range src {
 		// Inline fast path for results that are normal fp16 values: the
 		// same arithmetic as F16FromF32, which is too large to inline.
@@ -166,17 +173,28 @@ func F32ToF16(dst []uint16, src []float32) {
 	}
 }
 
-// F16ToF32 writes the float32 value of each fp16 pattern src[i] to dst[i].
+// F16ToF32 writes the float32 value of each fp16 pattern src[i] to dst[i]
+// (eight at a time with F16C).
 func F16ToF32(dst []float32, src []uint16) {
 	checkLen("F16ToF32", len(dst), len(src))
-	dst = dst[:len(src)]
-	for i, h := range src {
-		// Inline fast path for normal values (exponent field 1..30).
-		if e := uint32(h) & 0x7C00; e-0x0400 < 0x7800 {
-			dst[i] = math.Float32frombits(uint32(h&0x8000)<<16 | (e<<13 + f16Rebias) | uint32(h&0x3FF)<<13)
-			continue
-		}
-		dst[i] = F32FromF16(h)
+	unpackF16(dst[:len(src)], src)
+}
+
+// unpackF16 is unpackBF16 for fp16: descending, so that src may be the
+// first half of dst's bytes.
+func unpackF16(dst []float32, src []uint16) {
+	src = src[:len(dst)]
+	m := 0
+	if haveF16C {
+		m = len(dst) &^ 7
+	}
+	for i := len(dst) - 1; i >= m; i-- {
+		dst[i] = F32FromF16(src[i])
+	}
+	for end := m; end > 0; {
+		n := min(end, vecloop.Block)
+		unpackF16F16C(&dst[end-n], &src[end-n], n)
+		end -= n
 	}
 }
 
@@ -289,19 +307,13 @@ func UnpackBF16(x []float32, lo, hi int) {
 // PackF16 is PackBF16 for fp16.
 func PackF16(x []float32) []uint16 {
 	p := packed(x)
-	for i, f := range x {
-		p[i] = F16FromF32(f)
-	}
+	packF16(p, x)
 	return p
 }
 
 // UnpackF16 is UnpackBF16 for fp16.
 func UnpackF16(x []float32, lo, hi int) {
-	p := packed(x)
-	_ = x[lo:hi]
-	for i := hi - 1; i >= lo; i-- {
-		x[i] = F32FromF16(p[i])
-	}
+	unpackF16(x[lo:hi], packed(x)[lo:hi])
 }
 
 // packed is x's memory as len(x) 16-bit words (its first half).

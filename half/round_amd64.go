@@ -9,8 +9,14 @@ import "golang.org/x/sys/cpu"
 // AVX2 it runs eight lanes at a time (round_amd64.s), with the same bits
 // as NearestBF16 and NearestF16 (TestRoundVecMatchesScalar).
 
-// haveRoundVec: the CPU runs round_amd64.s.
-var haveRoundVec = cpu.X86.HasAVX2
+// haveRoundVec: the CPU runs round_amd64.s; haveF16C: and its fp16
+// conversions (VCVTPS2PH, VCVTPH2PS; CPUID.1:ECX bit 29).
+var (
+	haveRoundVec = cpu.X86.HasAVX2
+	haveF16C     = haveRoundVec && cpuid1ECX()&(1<<29) != 0
+)
+
+func cpuid1ECX() uint32
 
 // roundBF16AVX2 rounds x[0:n] to bf16 in place; n is a positive multiple
 // of 8.
@@ -39,3 +45,13 @@ func packBF16AVX2(dst *uint16, src *float32, n int)
 //
 //go:noescape
 func unpackBF16AVX2(dst *float32, src *uint16, n int)
+
+// packF16F16C is packBF16AVX2 for fp16 (F16FromF32's bits).
+//
+//go:noescape
+func packF16F16C(dst *uint16, src *float32, n int)
+
+// unpackF16F16C is unpackBF16AVX2 for fp16 (F32FromF16's bits).
+//
+//go:noescape
+func unpackF16F16C(dst *float32, src *uint16, n int)

@@ -159,3 +159,57 @@ unpackloop:
 	JNZ       unpackloop
 	VZEROUPPER
 	RET
+
+// func cpuid1ECX() uint32
+// CPUID leaf 1's ECX (bit 29: F16C).
+TEXT ·cpuid1ECX(SB), NOSPLIT, $0-4
+	MOVL  $1, AX
+	XORL  CX, CX
+	CPUID
+	MOVL  CX, ret+0(FP)
+	RET
+
+// func packF16F16C(dst *uint16, src *float32, n int)
+// dst[i] = the fp16 pattern of src[i], ascending: VCVTPS2PH rounding to
+// nearest even (subnormals, overflow to Inf as F16FromF32), NaN lanes
+// first made sign | 0x7FC00000 so that they become sign | 0x7E00.
+TEXT ·packF16F16C(SB), NOSPLIT, $0-24
+	MOVQ dst+0(FP), DI
+	MOVQ src+8(FP), SI
+	MOVQ n+16(FP), CX
+	VPBROADCASTD absMask<>(SB), Y11
+	VPBROADCASTD inf32<>(SB), Y12
+	VPBROADCASTD bfNaN<>(SB), Y13
+
+hpackloop:
+	VMOVDQU   (SI), Y0
+	VPAND     Y11, Y0, Y3
+	VPCMPGTD  Y12, Y3, Y3
+	VPANDN    Y0, Y11, Y4
+	VPOR      Y13, Y4, Y4
+	VPBLENDVB Y3, Y4, Y0, Y0
+	VCVTPS2PH $0, Y0, X1
+	VMOVDQU   X1, (DI)
+	ADDQ      $32, SI
+	ADDQ      $16, DI
+	SUBQ      $8, CX
+	JNZ       hpackloop
+	VZEROUPPER
+	RET
+
+// func unpackF16F16C(dst *float32, src *uint16, n int)
+// dst[i] = the float32 of fp16 pattern src[i] (VCVTPH2PS: exact, NaNs
+// quiet with their sign and payload, as F32FromF16), descending.
+TEXT ·unpackF16F16C(SB), NOSPLIT, $0-24
+	MOVQ dst+0(FP), DI
+	MOVQ src+8(FP), SI
+	MOVQ n+16(FP), CX
+
+hunpackloop:
+	SUBQ      $8, CX
+	VCVTPH2PS (SI)(CX*2), Y0
+	VMOVUPS   Y0, (DI)(CX*4)
+	TESTQ     CX, CX
+	JNZ       hunpackloop
+	VZEROUPPER
+	RET

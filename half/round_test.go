@@ -70,62 +70,83 @@ func testPatterns() []uint32 {
 	return pats
 }
 
-// TestBF16ConvertVecMatchesScalar: F32ToBF16, BF16ToF32, PackBF16 and
-// UnpackBF16 (eight at a time with AVX2) give BF16FromF32's and
-// F32FromBF16's bits on testPatterns and on every length up to 40, and
-// Unpack of parts [lo, hi) of a packed buffer restores exactly that
-// part, whatever its alignment.
-func TestBF16ConvertVecMatchesScalar(t *testing.T) {
+// TestConvertVecMatchesScalar: F32ToBF16, BF16ToF32, PackBF16 and
+// UnpackBF16 (eight at a time with AVX2), and their fp16 twins (with
+// F16C), give the scalar BF16FromF32/F32FromBF16 and F16FromF32/F32FromF16
+// bits on testPatterns, on every 16-bit pattern widened, and on every
+// length up to 40, and Unpack of parts [lo, hi) of a packed buffer
+// restores exactly that part, whatever its alignment.
+func TestConvertVecMatchesScalar(t *testing.T) {
 	pats := testPatterns()
 	src := make([]float32, len(pats))
 	for i, p := range pats {
 		src[i] = math.Float32frombits(p)
 	}
-	want := make([]uint16, len(src))
-	for i, f := range src {
-		want[i] = BF16FromF32(f)
+	all16 := make([]uint16, 1<<16)
+	for i := range all16 {
+		all16[i] = uint16(i)
 	}
-	got := make([]uint16, len(src))
-	F32ToBF16(got, src)
-	for i := range want {
-		if got[i] != want[i] {
-			t.Fatalf("F32ToBF16(%#08x) = %#04x, want %#04x", pats[i], got[i], want[i])
-		}
-	}
-	back := make([]float32, len(src))
-	BF16ToF32(back, want)
-	for i, b := range want {
-		if math.Float32bits(back[i]) != uint32(b)<<16 {
-			t.Fatalf("BF16ToF32(%#04x) = %#08x", b, math.Float32bits(back[i]))
-		}
-	}
-	x := append([]float32(nil), src...)
-	if p := PackBF16(x); !slices.Equal(p, want) {
-		t.Fatal("PackBF16 differs from BF16FromF32")
-	}
-	UnpackBF16(x, 0, len(x))
-	for i, b := range want {
-		if math.Float32bits(x[i]) != uint32(b)<<16 {
-			t.Fatalf("UnpackBF16 element %d = %#08x, want %#04x<<16", i, math.Float32bits(x[i]), b)
-		}
-	}
-	rng := rand.New(rand.NewPCG(3, 4))
-	for n := 1; n <= 40; n++ {
-		for range 4 {
-			lo := rng.IntN(n)
-			hi := lo + rng.IntN(n-lo+1)
-			in := make([]float32, n)
-			for i := range in {
-				in[i] = float32(rng.NormFloat64())
+	for _, tc := range []struct {
+		name   string
+		conv   func([]uint16, []float32)
+		widenS func([]float32, []uint16)
+		pack   func([]float32) []uint16
+		unpack func([]float32, int, int)
+		narrow func(float32) uint16
+		widen  func(uint16) float32
+	}{
+		{"bf16", F32ToBF16, BF16ToF32, PackBF16, UnpackBF16, BF16FromF32, F32FromBF16},
+		{"fp16", F32ToF16, F16ToF32, PackF16, UnpackF16, F16FromF32, F32FromF16},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			want := make([]uint16, len(src))
+			for i, f := range src {
+				want[i] = tc.narrow(f)
 			}
-			x := append([]float32(nil), in...)
-			PackBF16(x)
-			UnpackBF16(x, lo, hi)
-			for i := lo; i < hi; i++ {
-				if w := F32FromBF16(BF16FromF32(in[i])); math.Float32bits(x[i]) != math.Float32bits(w) {
-					t.Fatalf("n %d, part [%d, %d): element %d = %v, want %v", n, lo, hi, i, x[i], w)
+			got := make([]uint16, len(src))
+			tc.conv(got, src)
+			for i := range want {
+				if got[i] != want[i] {
+					t.Fatalf("conversion of %#08x = %#04x, want %#04x", pats[i], got[i], want[i])
 				}
 			}
-		}
+			back := make([]float32, len(all16))
+			tc.widenS(back, all16)
+			for i, b := range all16 {
+				if w := tc.widen(b); math.Float32bits(back[i]) != math.Float32bits(w) {
+					t.Fatalf("widening %#04x = %#08x, want %#08x", b, math.Float32bits(back[i]), math.Float32bits(w))
+				}
+			}
+			x := append([]float32(nil), src...)
+			if p := tc.pack(x); !slices.Equal(p, want) {
+				t.Fatal("Pack differs from the scalar conversion")
+			}
+			tc.unpack(x, 0, len(x))
+			for i, b := range want {
+				if w := tc.widen(b); math.Float32bits(x[i]) != math.Float32bits(w) {
+					t.Fatalf("Unpack element %d = %#08x, want %#08x", i, math.Float32bits(x[i]), math.Float32bits(w))
+				}
+			}
+			rng := rand.New(rand.NewPCG(3, 4))
+			for n := 1; n <= 40; n++ {
+				for range 4 {
+					lo := rng.IntN(n)
+					hi := lo + rng.IntN(n-lo+1)
+					in := make([]float32, n)
+					for i := range in {
+						in[i] = float32(rng.NormFloat64())
+					}
+					x := append([]float32(nil), in...)
+					tc.pack(x)
+					tc.unpack(x, lo, hi)
+					for i := lo; i < hi; i++ {
+						if w := tc.widen(tc.narrow(in[i])); math.Float32bits(x[i]) != math.Float32bits(w) {
+							t.Fatalf("n %d, part [%d, %d): element %d = %v, want %v", n, lo, hi, i, x[i], w)
+						}
+					}
+				}
+			}
+		})
 	}
+	t.Logf("AVX2 %v, F16C %v", haveRoundVec, haveF16C)
 }
