@@ -187,22 +187,20 @@ func (j *biasGeluJob) RunRange(lo, hi int) {
 				p[i] += b
 			}
 			j.round(p)
-			for i, x := range p {
-				a[i] = geluFast(x)
-			}
+			geluRange(a, p)
 			j.round(a)
 			continue
 		}
 		for i, b := range j.bias[:M] {
-			x := p[i] + b
-			p[i] = x
-			a[i] = geluFast(x)
+			p[i] += b
 		}
+		geluRange(a, p)
 	}
 }
 
 // geluFast and geluBackFast are the GELU and its derivative times dout in
-// float32 with fastTanh.
+// float32 with fastTanh: geluRange's and geluBackRange's tail, and their
+// whole loop without AVX2 and FMA (expvec_amd64.go).
 func geluFast(x float32) float32 {
 	return 0.5 * x * (1 + fastTanh(geluBeta*(x+geluKappa*x*x*x)))
 }
