@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"math"
 	"unsafe"
+
+	"github.com/dszero/dszero/internal/vecloop"
 )
 
 // Bit patterns of special values.
@@ -147,10 +149,17 @@ func checkLen(op string, dst, src int) {
 	}
 }
 
-// F32ToF16 writes the fp16 bit pattern of each src[i] to dst[i].
+// F32ToF16 writes the fp16 bit pattern of each src[i] to dst[i] (eight at
+// a time with F16C, the same bits).
 func F32ToF16(dst []uint16, src []float32) {
 	checkLen("F32ToF16", len(dst), len(src))
-	dst = dst[:len(src)]
+	packF16(dst[:len(src)], src)
+}
+
+// packF16 is packBF16 for fp16.
+func packF16(dst []uint16, src []float32) {
+	n := vecloop.Prefix(haveF16C, len(src), func(i, n int) { packF16F16C(&dst[i], &src[i], n) })
+	dst, src = dst[n:], src[n:]
 	for i, f := range src {
 		// Inline fast path for results that are normal fp16 values: the
 		// same arithmetic as F16FromF32, which is too large to inline.
@@ -164,40 +173,94 @@ func F32ToF16(dst []uint16, src []float32) {
 	}
 }
 
-// F16ToF32 writes the float32 value of each fp16 pattern src[i] to dst[i].
+// F16ToF32 writes the float32 value of each fp16 pattern src[i] to dst[i]
+// (eight at a time with F16C).
 func F16ToF32(dst []float32, src []uint16) {
 	checkLen("F16ToF32", len(dst), len(src))
-	dst = dst[:len(src)]
-	for i, h := range src {
-		// Inline fast path for normal values (exponent field 1..30).
-		if e := uint32(h) & 0x7C00; e-0x0400 < 0x7800 {
-			dst[i] = math.Float32frombits(uint32(h&0x8000)<<16 | (e<<13 + f16Rebias) | uint32(h&0x3FF)<<13)
-			continue
-		}
-		dst[i] = F32FromF16(h)
+	unpackF16(dst[:len(src)], src)
+}
+
+// unpackF16 is unpackBF16 for fp16: descending, so that src may be the
+// first half of dst's bytes.
+func unpackF16(dst []float32, src []uint16) {
+	src = src[:len(dst)]
+	m := 0
+	if haveF16C {
+		m = len(dst) &^ 7
+	}
+	for i := len(dst) - 1; i >= m; i-- {
+		dst[i] = F32FromF16(src[i])
+	}
+	for end := m; end > 0; {
+		n := min(end, vecloop.Block)
+		unpackF16F16C(&dst[end-n], &src[end-n], n)
+		end -= n
 	}
 }
 
-// F32ToBF16 writes the bf16 bit pattern of each src[i] to dst[i].
+// F32ToBF16 writes the bf16 bit pattern of each src[i] to dst[i]
+// (eight at a time with AVX2, the same bits).
 func F32ToBF16(dst []uint16, src []float32) {
 	checkLen("F32ToBF16", len(dst), len(src))
-	dst = dst[:len(src)]
-	for i, f := range src {
-		dst[i] = BF16FromF32(f)
+	packBF16(dst[:len(src)], src)
+}
+
+// BF16ToF32 writes the float32 value of each bf16 pattern src[i] to dst[i]
+// (eight at a time with AVX2).
+func BF16ToF32(dst []float32, src []uint16) {
+	checkLen("BF16ToF32", len(dst), len(src))
+	unpackBF16(dst[:len(src)], src)
+}
+
+// packBF16 writes the bf16 patterns of src to dst (len(src) of them) in
+// ascending order, so that dst may alias the first half of src's bytes.
+func packBF16(dst []uint16, src []float32) {
+	n := vecloop.Prefix(haveRoundVec, len(src), func(i, n int) { packBF16AVX2(&dst[i], &src[i], n) })
+	for i := n; i < len(src); i++ {
+		dst[i] = BF16FromF32(src[i])
 	}
 }
 
-// BF16ToF32 writes the float32 value of each bf16 pattern src[i] to dst[i].
-func BF16ToF32(dst []float32, src []uint16) {
-	checkLen("BF16ToF32", len(dst), len(src))
-	dst = dst[:len(src)]
-	for i, b := range src {
-		dst[i] = math.Float32frombits(uint32(b) << 16)
+// unpackBF16 writes the float32 values of the bf16 patterns src to dst
+// (len(dst) of them) in descending order, so that src may be the first
+// half of dst's bytes.
+func unpackBF16(dst []float32, src []uint16) {
+	src = src[:len(dst)]
+	m := 0
+	if haveRoundVec {
+		m = len(dst) &^ 7
+	}
+	for i := len(dst) - 1; i >= m; i-- {
+		dst[i] = F32FromBF16(src[i])
+	}
+	for end := m; end > 0; {
+		n := min(end, vecloop.Block)
+		unpackBF16AVX2(&dst[end-n], &src[end-n], n)
+		end -= n
 	}
 }
 
 // RoundF16 replaces each x[i] by the nearest fp16 value, kept as float32.
+// On amd64 with AVX2 eight elements at a time (round_amd64.s), the same
+// bits.
 func RoundF16(x []float32) {
+	for i := 0; i < len(x); {
+		if n := min((len(x)-i)&^7, vecloop.Block); haveRoundVec && n > 0 {
+			done := roundF16AVX2(&x[i], n)
+			i += done
+			if done == n {
+				continue
+			}
+		}
+		// One eight (or the tail) the vector loop did not take: a lane
+		// that overflows or is not finite.
+		end := min(len(x), i+8)
+		roundF16Scalar(x[i:end])
+		i = end
+	}
+}
+
+func roundF16Scalar(x []float32) {
 	for i, f := range x {
 		// Inline fast path for normal fp16 results, as in F32ToF16.
 		b := math.Float32bits(f)
@@ -213,9 +276,12 @@ func RoundF16(x []float32) {
 }
 
 // RoundBF16 replaces each x[i] by the nearest bf16 value, kept as float32.
+// On amd64 with AVX2 eight elements at a time (round_amd64.s), the same
+// bits.
 func RoundBF16(x []float32) {
-	for i, f := range x {
-		x[i] = NearestBF16(f)
+	n := vecloop.Prefix(haveRoundVec, len(x), func(i, n int) { roundBF16AVX2(&x[i], n) })
+	for i, f := range x[n:] {
+		x[n+i] = NearestBF16(f)
 	}
 }
 
@@ -227,9 +293,7 @@ func RoundBF16(x []float32) {
 // second buffer: DeepSpeed's tensor.to(communication_data_type).
 func PackBF16(x []float32) []uint16 {
 	p := packed(x)
-	for i, f := range x {
-		p[i] = BF16FromF32(f)
-	}
+	packBF16(p, x)
 	return p
 }
 
@@ -237,29 +301,19 @@ func PackBF16(x []float32) []uint16 {
 // into x[lo:hi] (float32 i overwrites patterns 2i and 2i+1, which the
 // descending loop has already read).
 func UnpackBF16(x []float32, lo, hi int) {
-	p := packed(x)
-	_ = x[lo:hi]
-	for i := hi - 1; i >= lo; i-- {
-		x[i] = F32FromBF16(p[i])
-	}
+	unpackBF16(x[lo:hi], packed(x)[lo:hi])
 }
 
 // PackF16 is PackBF16 for fp16.
 func PackF16(x []float32) []uint16 {
 	p := packed(x)
-	for i, f := range x {
-		p[i] = F16FromF32(f)
-	}
+	packF16(p, x)
 	return p
 }
 
 // UnpackF16 is UnpackBF16 for fp16.
 func UnpackF16(x []float32, lo, hi int) {
-	p := packed(x)
-	_ = x[lo:hi]
-	for i := hi - 1; i >= lo; i-- {
-		x[i] = F32FromF16(p[i])
-	}
+	unpackF16(x[lo:hi], packed(x)[lo:hi])
 }
 
 // packed is x's memory as len(x) 16-bit words (its first half).

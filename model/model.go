@@ -113,10 +113,11 @@ type BuildOptions struct {
 	// SeqParallel, when set, is the rank's sequence-parallel group
 	// (DeepSpeed-Ulysses): only a SeqParalleler builds a model for one.
 	SeqParallel comm.Comm
-	// FastMath selects the model's fast float32 kernels where it has
-	// them (gpt's Options.Fast): faster, within 1e-5 of the exact losses,
-	// not bit for bit. The zero value is exact, what conformance runs;
-	// a 16-bit DType keeps the exact kernels either way.
+	// FastMath selects the model's fast kernels where it has them (gpt's
+	// Options.Fast): faster, within 1e-5 of the exact losses in fp32, and
+	// with a 16-bit DType float32 through the Gemmer rounded once per op
+	// instead of torch's CPU bf16 kernels; not bit for bit. The zero value
+	// is exact, what conformance runs.
 	FastMath bool
 }
 

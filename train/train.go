@@ -121,7 +121,7 @@ type Config struct {
 	// Workers bounds each rank's goroutines for the model and the
 	// optimizer; 0 means GOMAXPROCS divided among the ranks.
 	Workers int
-	// FastMath builds the model with its fast float32 kernels
+	// FastMath builds the model with its fast kernels, in every dtype
 	// (model.BuildOptions.FastMath); false, the zero value, is exact.
 	FastMath bool
 	// Timeout bounds every collective (0: comm.DefaultTimeout, 30 minutes);

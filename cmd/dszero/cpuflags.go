@@ -6,18 +6,20 @@ import (
 	"strings"
 )
 
-// mathFlag is --math: which float32 kernels the model computes with.
-// "fast" (the default of dszero train) is the fast path (gpt's
-// Options.Fast: attention as GEMMs, float32 exp and tanh, fused bias
-// passes), within 1e-5 of the exact losses; "exact" keeps the kernels
-// that reproduce PyTorch's reference runs, which dszero conformance always
-// uses. 16-bit emulation (bf16/fp16 configs) is exact either way.
+// mathFlag is --math: which kernels the model computes with. "fast" (the
+// default of dszero train) is the fast path (gpt's Options.Fast:
+// attention as GEMMs, float32 exp and tanh, fused bias passes), within
+// 1e-5 of the exact losses in fp32; with a bf16/fp16 config it computes
+// each op in float32 through OpenBLAS and rounds its output once, as a
+// GPU's 16-bit kernels do. "exact" keeps the kernels that reproduce
+// PyTorch's reference runs (in bf16, torch 1.13's CPU bf16 kernels bit
+// for bit, several times slower), which dszero conformance always uses.
 type mathFlag struct{ fast *bool }
 
 var _ flag.Value = mathFlag{}
 
 // mathUsage is --math's help line.
-const mathUsage = "float32 kernels, `fast|exact`: fast (attention as GEMMs, float32 exp/tanh, fused passes; losses within 1e-5 of exact) or exact (PyTorch's rounding order, what dszero conformance runs); bf16/fp16 emulation is always exact"
+const mathUsage = "model kernels, `fast|exact`: fast (attention as GEMMs, float32 exp/tanh, fused passes; fp32 losses within 1e-5 of exact; bf16/fp16 as float32 through OpenBLAS rounded once per op, like GPU kernels) or exact (PyTorch's rounding order and, in bf16, torch's CPU bf16 kernels bit for bit, several times slower: what dszero conformance runs, for DeepSpeed-on-CPU bits)"
 
 func (f mathFlag) String() string {
 	if f.fast == nil || *f.fast {

@@ -57,3 +57,52 @@ func expSubScale(x []float32, a, b, d float32) {
 }
 
 func haveVec() bool { return haveExpVec }
+
+// The fast path's GELU runs eight lanes at a time as well (TANH8 in
+// expvec_amd64.s: fastTanh's algorithm in float32 with EXP8, within 2 ulp
+// of tanh, TestTanhVec), forward and backward over whole rows.
+
+// tanhAVX2 sets out[i] = tanh(in[i]) for i < n; n a positive multiple of 8.
+//
+//go:noescape
+func tanhAVX2(out, in *float32, n int)
+
+// geluAVX2 sets out[i] = gelu(in[i]) for i < n (n a positive multiple of
+// 8; out may be in).
+//
+//go:noescape
+func geluAVX2(out, in *float32, n int)
+
+// geluBackAVX2 sets dinp[i] = dout[i]·gelu'(in[i]) for i < n (n a
+// positive multiple of 8; dinp may be dout).
+//
+//go:noescape
+func geluBackAVX2(dinp, in, dout *float32, n int)
+
+// geluRange sets out[i] = geluFast-like gelu(in[i]) over the slices
+// (len(out) elements).
+func geluRange(out, in []float32) {
+	in = in[:len(out)]
+	n := vecloop.Prefix(haveExpVec, len(out), func(i, n int) { geluAVX2(&out[i], &in[i], n) })
+	for i := n; i < len(out); i++ {
+		out[i] = geluFast(in[i])
+	}
+}
+
+// geluBackRange sets dinp[i] = dout[i]·gelu'(in[i]) (len(dinp) elements).
+func geluBackRange(dinp, in, dout []float32) {
+	in, dout = in[:len(dinp)], dout[:len(dinp)]
+	n := vecloop.Prefix(haveExpVec, len(dinp), func(i, n int) { geluBackAVX2(&dinp[i], &in[i], &dout[i], n) })
+	for i := n; i < len(dinp); i++ {
+		dinp[i] = geluBackFast(dout[i], in[i])
+	}
+}
+
+// tanhRange sets out[i] = tanh(in[i]) (len(out) elements).
+func tanhRange(out, in []float32) {
+	in = in[:len(out)]
+	n := vecloop.Prefix(haveExpVec, len(out), func(i, n int) { tanhAVX2(&out[i], &in[i], n) })
+	for i := n; i < len(out); i++ {
+		out[i] = fastTanh(in[i])
+	}
+}

@@ -142,3 +142,133 @@ scaleloop:
 	JLT          scaleloop
 	VZEROUPPER
 	RET
+
+// Eight lanes of fastTanh's algorithm in float32 (Cephes's tanhf): below
+// |u| = 0.625 the odd polynomial u + u·z·P(z), z = u²; above,
+// 1 − 2/(e^{2|u|} + 1) with u's sign (EXP8; large |u| gives ±1, NaN
+// NaN). In: Y0 = u. Out: Y0 = tanh u. Uses Y1–Y7 and EXP8's constants.
+#define TANH8 \
+	VANDPS       absf<>(SB), Y0, Y5 \
+	VANDPS       signf<>(SB), Y0, Y6 \
+	VMULPS       Y0, Y0, Y7 \
+	VMOVAPS      th0<>(SB), Y1 \
+	VFMADD213PS  th1<>(SB), Y7, Y1 \
+	VFMADD213PS  th2<>(SB), Y7, Y1 \
+	VFMADD213PS  th3<>(SB), Y7, Y1 \
+	VFMADD213PS  th4<>(SB), Y7, Y1 \
+	VMULPS       Y7, Y1, Y1 \
+	VFMADD213PS  Y0, Y0, Y1 \
+	VMOVAPS      Y1, Y7 \
+	VADDPS       Y5, Y5, Y0 \
+	EXP8 \
+	VADDPS       Y15, Y0, Y0 \
+	VMOVAPS      two<>(SB), Y1 \
+	VDIVPS       Y0, Y1, Y1 \
+	VSUBPS       Y1, Y15, Y0 \
+	VORPS        Y6, Y0, Y0 \
+	VCMPPS       $1, c0625<>(SB), Y5, Y1 \
+	VBLENDVPS    Y1, Y7, Y0, Y0
+
+// GELU's inner argument: Y0 = β·(x + κ·x³) from Y0 = x. Uses Y1.
+#define GELUARG \
+	VMULPS       Y0, Y0, Y1 \
+	VMULPS       gkappa<>(SB), Y1, Y1 \
+	VFMADD213PS  Y0, Y0, Y1 \
+	VMULPS       gbeta<>(SB), Y1, Y0
+
+#define C8(sym, val) \
+	DATA sym+0(SB)/4, val; DATA sym+4(SB)/4, val; DATA sym+8(SB)/4, val; DATA sym+12(SB)/4, val; \
+	DATA sym+16(SB)/4, val; DATA sym+20(SB)/4, val; DATA sym+24(SB)/4, val; DATA sym+28(SB)/4, val; \
+	GLOBL sym(SB), RODATA|NOPTR, $32
+
+C8(absf<>, $0x7FFFFFFF)
+C8(signf<>, $0x80000000)
+C8(th0<>, $-5.70498872745e-3)
+C8(th1<>, $2.06390887954e-2)
+C8(th2<>, $-5.37397155531e-2)
+C8(th3<>, $1.33314422036e-1)
+C8(th4<>, $-3.33332819422e-1)
+C8(two<>, $2.0)
+C8(c0625<>, $0.625)
+C8(gbeta<>, $0.7978845608028654)
+C8(gkappa<>, $0.044715)
+C8(gkappa3<>, $0.134145)
+C8(half8<>, $0.5)
+
+// func tanhAVX2(out, in *float32, n int)
+// out[i] = tanh(in[i]) for i < n; n a positive multiple of 8.
+TEXT ·tanhAVX2(SB), NOSPLIT, $0-24
+	MOVQ    out+0(FP), DI
+	MOVQ    in+8(FP), SI
+	MOVQ    n+16(FP), CX
+	CONSTS
+	XORQ    AX, AX
+tanhloop:
+	VMOVUPS (SI)(AX*4), Y0
+	TANH8
+	VMOVUPS Y0, (DI)(AX*4)
+	ADDQ    $8, AX
+	CMPQ    AX, CX
+	JLT     tanhloop
+	VZEROUPPER
+	RET
+
+// func geluAVX2(out, in *float32, n int)
+// out[i] = 0.5·x·(1 + tanh(β(x + κx³))), x = in[i], i < n; n a positive
+// multiple of 8; out may be in.
+TEXT ·geluAVX2(SB), NOSPLIT, $0-24
+	MOVQ    out+0(FP), DI
+	MOVQ    in+8(FP), SI
+	MOVQ    n+16(FP), CX
+	CONSTS
+	XORQ    AX, AX
+geluloop:
+	VMOVUPS (SI)(AX*4), Y0
+	GELUARG
+	TANH8
+	VADDPS  Y15, Y0, Y0
+	VMOVUPS (SI)(AX*4), Y1
+	VMULPS  half8<>(SB), Y1, Y1
+	VMULPS  Y1, Y0, Y0
+	VMOVUPS Y0, (DI)(AX*4)
+	ADDQ    $8, AX
+	CMPQ    AX, CX
+	JLT     geluloop
+	VZEROUPPER
+	RET
+
+// func geluBackAVX2(dinp, in, dout *float32, n int)
+// dinp[i] = dout[i]·(0.5(1 + t) + 0.5x(1 − t²)·β(1 + 3κx²)), t the tanh
+// of GELU's argument at x = in[i], i < n; n a positive multiple of 8;
+// dinp may be dout.
+TEXT ·geluBackAVX2(SB), NOSPLIT, $0-32
+	MOVQ         dinp+0(FP), DI
+	MOVQ         in+8(FP), SI
+	MOVQ         dout+16(FP), DX
+	MOVQ         n+24(FP), CX
+	CONSTS
+	XORQ         AX, AX
+gelubackloop:
+	VMOVUPS      (SI)(AX*4), Y0
+	GELUARG
+	TANH8
+	VMOVUPS      (SI)(AX*4), Y5
+	VMULPS       Y5, Y5, Y6
+	VMULPS       gkappa3<>(SB), Y6, Y6
+	VADDPS       Y15, Y6, Y6
+	VMULPS       gbeta<>(SB), Y6, Y6
+	VMULPS       half8<>(SB), Y5, Y5
+	VMULPS       Y6, Y5, Y5
+	VMOVAPS      Y0, Y1
+	VFNMADD213PS Y15, Y0, Y1
+	VMULPS       Y1, Y5, Y5
+	VADDPS       Y15, Y0, Y0
+	VMULPS       half8<>(SB), Y0, Y0
+	VADDPS       Y5, Y0, Y0
+	VMULPS       (DX)(AX*4), Y0, Y0
+	VMOVUPS      Y0, (DI)(AX*4)
+	ADDQ         $8, AX
+	CMPQ         AX, CX
+	JLT          gelubackloop
+	VZEROUPPER
+	RET

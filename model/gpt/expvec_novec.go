@@ -19,3 +19,24 @@ func expSubScale(x []float32, a, b, d float32) {
 }
 
 func haveVec() bool { return false }
+
+// geluRange sets out[i] = gelu(in[i]) (len(out) elements).
+func geluRange(out, in []float32) {
+	for i := range out {
+		out[i] = geluFast(in[i])
+	}
+}
+
+// geluBackRange sets dinp[i] = dout[i]·gelu'(in[i]) (len(dinp) elements).
+func geluBackRange(dinp, in, dout []float32) {
+	for i := range dinp {
+		dinp[i] = geluBackFast(dout[i], in[i])
+	}
+}
+
+// tanhRange sets out[i] = tanh(in[i]) (len(out) elements).
+func tanhRange(out, in []float32) {
+	for i := range out {
+		out[i] = fastTanh(in[i])
+	}
+}

@@ -28,8 +28,19 @@ import "math"
 // Everything else (embedding, the Linear GEMMs, the float64 sums of
 // LayerNorm and the loss) is the exact path's. Losses stay within 1e-5
 // relative of the exact path over ten training steps
-// (TestFastMatchesExact). Fast is ignored when a 16-bit DType emulates 16-bit
-// compute, whose kernels must round as torch's do.
+// (TestFastMatchesExact).
+//
+// With a 16-bit DType the fast path is the contract of a GPU's 16-bit
+// kernels: read 16-bit values, compute in float32 (the GEMMs through the
+// Gemmer), round each op's output once — the op list of doc.go's 16-bit
+// emulation, the fused passes rounding each op they fuse (a Linear's
+// output before the residual sum or the GELU, the LayerNorm input
+// gradient before it joins the residual stream's). It replaces the
+// exact path's torch 1.13 CPU bf16 kernels (bf16.go: bf16 LayerNorm
+// moments and GELU, oneDNN's summation order in plain loops), which are
+// ~20× slower on GPT-2 small; TestFast16Rounded checks that every output
+// is rounded, TestFast16MatchesExact that ten steps stay within the
+// conformance band of the exact path's losses.
 
 // attnBlockDefault is the row block of the causal attention GEMMs: a
 // block of rows computes the columns its last row needs.
@@ -86,6 +97,7 @@ func (m *Model) blockBackwardFast(l int, x []float32, ba *blockActs, dres []floa
 // sums on the pool.
 func (m *Model) matmulBackwardFast(dinp, dw, dbias, dout, inp, w []float32, N, IC, OC int) {
 	m.opt.Gemm.Sgemm(false, false, N, IC, OC, 1, dout, OC, w, IC, 0, dinp, IC)
+	m.round(dinp[:N*IC])
 	dst := m.gradOut(dw)
 	m.opt.Gemm.Sgemm(true, false, OC, IC, N, 1, dout, OC, inp, IC, 0, dst, IC)
 	m.gradCommit(dw, dst)
@@ -117,9 +129,10 @@ func (j *colSumJob) RunRange(lo, hi int) {
 }
 
 // biasResidual: out = (out + bias) + x per row, out (N, C) holding a
-// Linear's product without its bias.
+// Linear's product without its bias. With a 16-bit DType the Linear's
+// output (bias included) and the sum are each rounded, as two ops.
 func (m *Model) biasResidual(out, x, bias []float32, N, C int) {
-	m.jobs.fast.bres = biasResJob{out: out, x: x, bias: bias, C: C}
+	m.jobs.fast.bres = biasResJob{out: out, x: x, bias: bias, C: C, round: m.rounding}
 	m.pool.Run(N, max(1, 4096/C), &m.jobs.fast.bres)
 	m.jobs.fast.bres = biasResJob{}
 }
@@ -127,12 +140,24 @@ func (m *Model) biasResidual(out, x, bias []float32, N, C int) {
 type biasResJob struct {
 	out, x, bias []float32
 	C            int
+	round        func([]float32) // 16-bit rounding, or nil
 }
 
 func (j *biasResJob) RunRange(lo, hi int) {
 	C := j.C
 	for r := lo; r < hi; r++ {
 		o, x := j.out[r*C:][:C], j.x[r*C:][:C]
+		if j.round != nil {
+			for i, b := range j.bias[:C] {
+				o[i] += b
+			}
+			j.round(o)
+			for i, v := range x {
+				o[i] += v
+			}
+			j.round(o)
+			continue
+		}
 		for i, b := range j.bias[:C] {
 			o[i] = (o[i] + b) + x[i]
 		}
@@ -140,8 +165,9 @@ func (j *biasResJob) RunRange(lo, hi int) {
 }
 
 // biasGelu: pre += bias per row, then act = gelu(pre), pre and act (N, M).
+// With a 16-bit DType pre (the Linear's output) and act are each rounded.
 func (m *Model) biasGelu(pre, act, bias []float32, N, M int) {
-	m.jobs.fast.bgelu = biasGeluJob{pre: pre, act: act, bias: bias, M: M}
+	m.jobs.fast.bgelu = biasGeluJob{pre: pre, act: act, bias: bias, M: M, round: m.rounding}
 	m.pool.Run(N, max(1, 4096/M), &m.jobs.fast.bgelu)
 	m.jobs.fast.bgelu = biasGeluJob{}
 }
@@ -149,22 +175,32 @@ func (m *Model) biasGelu(pre, act, bias []float32, N, M int) {
 type biasGeluJob struct {
 	pre, act, bias []float32
 	M              int
+	round          func([]float32) // 16-bit rounding, or nil
 }
 
 func (j *biasGeluJob) RunRange(lo, hi int) {
 	M := j.M
 	for r := lo; r < hi; r++ {
 		p, a := j.pre[r*M:][:M], j.act[r*M:][:M]
-		for i, b := range j.bias[:M] {
-			x := p[i] + b
-			p[i] = x
-			a[i] = geluFast(x)
+		if j.round != nil {
+			for i, b := range j.bias[:M] {
+				p[i] += b
+			}
+			j.round(p)
+			geluRange(a, p)
+			j.round(a)
+			continue
 		}
+		for i, b := range j.bias[:M] {
+			p[i] += b
+		}
+		geluRange(a, p)
 	}
 }
 
 // geluFast and geluBackFast are the GELU and its derivative times dout in
-// float32 with fastTanh.
+// float32 with fastTanh: geluRange's and geluBackRange's tail, and their
+// whole loop without AVX2 and FMA (expvec_amd64.go).
 func geluFast(x float32) float32 {
 	return 0.5 * x * (1 + fastTanh(geluBeta*(x+geluKappa*x*x*x)))
 }
@@ -178,7 +214,7 @@ func geluBackFast(dout, x float32) float32 {
 
 // layernormForwardFast is layernormForward with the rows on the pool.
 func (m *Model) layernormForwardFast(out, mean, rstd, inp, w, b []float32, N int) {
-	m.jobs.fast.ln = lnJob{out: out, mean: mean, rstd: rstd, inp: inp, w: w, b: b, C: m.cfg.Dim, eps: m.cfg.Eps}
+	m.jobs.fast.ln = lnJob{out: out, mean: mean, rstd: rstd, inp: inp, w: w, b: b, C: m.cfg.Dim, eps: m.cfg.Eps, round: m.rounding}
 	m.pool.Run(N, max(1, 2048/m.cfg.Dim), &m.jobs.fast.ln)
 	m.jobs.fast.ln = lnJob{}
 }
@@ -187,6 +223,7 @@ type lnJob struct {
 	out, mean, rstd, inp, w, b []float32
 	C                          int
 	eps                        float32
+	round                      func([]float32) // 16-bit rounding of each output row, or nil
 }
 
 func (j *lnJob) RunRange(lo, hi int) {
@@ -210,6 +247,9 @@ func (j *lnJob) RunRange(lo, hi int) {
 		for i := range o {
 			o[i] = (x[i]*rs+shift)*j.w[i] + j.b[i]
 		}
+		if j.round != nil {
+			j.round(o)
+		}
 		j.mean[r], j.rstd[r] = mu32, rs
 	}
 }
@@ -219,7 +259,7 @@ func (j *lnJob) RunRange(lo, hi int) {
 // is added into dinp (the residual stream's gradient) instead of written.
 func (m *Model) layernormBackwardFast(dinp []float32, add bool, dw, db, dout, inp, w, mean, rstd []float32, N int) {
 	C := m.cfg.Dim
-	m.jobs.fast.lnBack = lnBackJob{dinp: dinp, dout: dout, inp: inp, w: w, mean: mean, rstd: rstd, C: C, add: add}
+	m.jobs.fast.lnBack = lnBackJob{dinp: dinp, dout: dout, inp: inp, w: w, mean: mean, rstd: rstd, C: C, add: add, near: m.nearest}
 	m.pool.Run(N, max(1, 2048/C), &m.jobs.fast.lnBack)
 	m.jobs.fast.lnBack = lnBackJob{}
 	acc := m.colAcc[:2*C]
@@ -234,6 +274,9 @@ type lnBackJob struct {
 	dinp, dout, inp, w, mean, rstd []float32
 	C                              int
 	add                            bool
+	// near is the 16-bit rounding, or nil: the input gradient is
+	// rounded, and so is its sum with the residual stream's (two ops).
+	near func(float32) float32
 }
 
 func (j *lnBackJob) RunRange(lo, hi int) {
@@ -251,11 +294,20 @@ func (j *lnBackJob) RunRange(lo, hi int) {
 		a := j.rstd[r]
 		k1 := (float32(dbs)*j.mean[r] - float32(ds)) * a * a * a * invC
 		k2 := -k1*j.mean[r] - float32(dbs)*a*invC
-		if j.add {
+		switch rd := j.near; {
+		case rd != nil && j.add:
+			for i := range dx {
+				dx[i] = rd(dx[i] + rd(a*dy[i]*w[i]+k1*x[i]+k2))
+			}
+		case rd != nil:
+			for i := range dx {
+				dx[i] = rd(a*dy[i]*w[i] + k1*x[i] + k2)
+			}
+		case j.add:
 			for i := range dx {
 				dx[i] += a*dy[i]*w[i] + k1*x[i] + k2
 			}
-		} else {
+		default:
 			for i := range dx {
 				dx[i] = a*dy[i]*w[i] + k1*x[i] + k2
 			}

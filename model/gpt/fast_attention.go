@@ -38,7 +38,7 @@ func (m *Model) attentionForwardFast(out, att, qkv []float32, B, T int) {
 			g.Sgemm(false, true, t1-t0, t1, HS, scale, q[t0*C3:], C3, k, C3, 0, s[t0*T:], T)
 		}
 	}
-	m.jobs.fast.softmax = softmaxJob{att: att, T: T}
+	m.jobs.fast.softmax = softmaxJob{att: att, T: T, round: m.rounding}
 	m.pool.Run(B*NH*T, max(1, 4096/T), &m.jobs.fast.softmax)
 	m.jobs.fast.softmax = softmaxJob{}
 	for bh := range B * NH {
@@ -51,14 +51,17 @@ func (m *Model) attentionForwardFast(out, att, qkv []float32, B, T int) {
 			g.Sgemm(false, false, t1-t0, HS, t1, 1, s[t0*T:], T, v, C3, 0, y[t0*C:], C)
 		}
 	}
+	m.round(out[:B*T*C])
 }
 
 // softmaxJob turns rows [lo, hi) of the (B·NH·T, T) scores into
 // probabilities over their first t+1 entries (row t of its head) and
-// zeroes the rest.
+// zeroes the rest. With a 16-bit DType (round) the scores and the
+// probabilities are each rounded.
 type softmaxJob struct {
-	att []float32
-	T   int
+	att   []float32
+	T     int
+	round func([]float32)
 }
 
 func (j *softmaxJob) RunRange(lo, hi int) {
@@ -66,6 +69,9 @@ func (j *softmaxJob) RunRange(lo, hi int) {
 	for r := lo; r < hi; r++ {
 		row := j.att[r*T:][:T]
 		s := row[:r%T+1]
+		if j.round != nil {
+			j.round(s)
+		}
 		mx := s[0]
 		for _, v := range s[1:] {
 			mx = max(mx, v)
@@ -79,6 +85,9 @@ func (j *softmaxJob) RunRange(lo, hi int) {
 		inv := 1 / float32(sum)
 		for i := range s {
 			s[i] *= inv
+		}
+		if j.round != nil {
+			j.round(s)
 		}
 		clear(row[len(s):])
 	}
@@ -103,7 +112,7 @@ func (m *Model) attentionBackwardFast(dqkv, datt, dout, qkv, att []float32, B, T
 			g.Sgemm(true, false, t1-t0, HS, T-t0, 1, p[t0*T+t0:], T, dy[t0*C:], C, 0, dv[t0*C3:], C3) // dv
 		}
 	}
-	m.jobs.fast.smBack = softmaxBackJob{att: att, datt: datt, T: T, scale: scale}
+	m.jobs.fast.smBack = softmaxBackJob{att: att, datt: datt, T: T, scale: scale, round: m.rounding}
 	m.pool.Run(B*NH*T, max(1, 4096/T), &m.jobs.fast.smBack)
 	m.jobs.fast.smBack = softmaxBackJob{}
 	for bh := range B * NH {
@@ -118,15 +127,18 @@ func (m *Model) attentionBackwardFast(dqkv, datt, dout, qkv, att []float32, B, T
 			g.Sgemm(true, false, t1-t0, HS, T-t0, 1, d[t0*T+t0:], T, q[t0*C3:], C3, 0, dk[t0*C3:], C3) // dk
 		}
 	}
+	m.round(dqkv[:B*T*C3])
 }
 
 // softmaxBackJob is the softmax and scale backward of rows [lo, hi), in
 // place in datt: ds = p ⊙ (g − Σ p⊙g) · scale over the row's first t+1
-// entries, zero after them.
+// entries, zero after them. With a 16-bit DType (round) d(att) and
+// p ⊙ (g − Σ p⊙g) are each rounded, before the scale.
 type softmaxBackJob struct {
 	att, datt []float32
 	T         int
 	scale     float32
+	round     func([]float32)
 }
 
 func (j *softmaxBackJob) RunRange(lo, hi int) {
@@ -136,13 +148,26 @@ func (j *softmaxBackJob) RunRange(lo, hi int) {
 		p := j.att[r*T:][:n]
 		row := j.datt[r*T:][:T]
 		ds := row[:n]
+		if j.round != nil {
+			j.round(ds)
+		}
 		var sum float64
 		for i, g := range ds {
 			sum += float64(p[i] * g)
 		}
 		s := float32(sum)
-		for i, g := range ds {
-			ds[i] = p[i] * (g - s) * j.scale
+		if j.round != nil {
+			for i, g := range ds {
+				ds[i] = p[i] * (g - s)
+			}
+			j.round(ds)
+			for i := range ds {
+				ds[i] *= j.scale
+			}
+		} else {
+			for i, g := range ds {
+				ds[i] = p[i] * (g - s) * j.scale
+			}
 		}
 		clear(row[n:])
 	}

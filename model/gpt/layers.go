@@ -297,12 +297,10 @@ type geluJob struct {
 
 func (j *geluJob) RunRange(lo, hi int) {
 	if j.fast {
-		for i := lo; i < hi; i++ {
-			if j.backward {
-				j.out[i] = geluBackFast(j.dout[i], j.inp[i])
-			} else {
-				j.out[i] = geluFast(j.inp[i])
-			}
+		if j.backward {
+			geluBackRange(j.out[lo:hi], j.inp[lo:hi], j.dout[lo:hi])
+		} else {
+			geluRange(j.out[lo:hi], j.inp[lo:hi])
 		}
 		return
 	}

@@ -92,8 +92,12 @@ type Model struct {
 	// rounding is Options.DType's (nil for F32). It is called from
 	// several goroutines at once on disjoint slices.
 	rounding func([]float32)
-	// bf16: Options.DType is BF16, and the ops that torch's CPU bf16
-	// kernels do not compute in float32 follow those kernels (bf16.go).
+	// nearest is rounding for one value (nil for F32), for the fast
+	// path's fused passes, which round inside a pass over the rows.
+	nearest func(float32) float32
+	// bf16: Options.DType is BF16 on the exact path, and the ops that
+	// torch's CPU bf16 kernels do not compute in float32 follow those
+	// kernels (bf16.go).
 	bf16    bool
 	moments []momentStack // LayerNorm moments' cascade (bf16)
 	lnAccB  []float32     // LayerNorm bias gradient, summed in bf16 (C)
@@ -104,7 +108,7 @@ type Model struct {
 	// first Backward that needs it.
 	sink model.GradSink
 
-	// fast: Options.Fast with DType F32. attnBlock is the row block of
+	// fast: Options.Fast (any DType) without sequence parallelism. attnBlock is the row block of
 	// its causal attention GEMMs.
 	fast      bool
 	attnBlock int
@@ -149,8 +153,9 @@ func New(cfg Config, opt Options) (*Model, error) {
 			return nil, err
 		}
 	}
-	m.rounding, m.bf16 = opt.DType.Rounding(), opt.DType == device.BF16
-	m.fast = opt.Fast && opt.DType == device.F32 && m.sp == nil
+	m.rounding, m.nearest = opt.DType.Rounding(), opt.DType.Nearest()
+	m.fast = opt.Fast && m.sp == nil
+	m.bf16 = opt.DType == device.BF16 && !m.fast
 	m.sink.Round = m.rounding
 	if m.layout.Numel != cfg.NumParams() {
 		panic("gpt: layout and NumParams disagree")
