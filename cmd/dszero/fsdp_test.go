@@ -67,7 +67,9 @@ func TestCheckExplainFSDP(t *testing.T) {
 
 // TestHybridAndFullStateDict: HYBRID_SHARD on 4 ranks in shard groups of
 // 2 (--shard-group-size) trains like FULL_SHARD over all 4 (losses within
-// 1e-6 relative: only the order of the sums differs); with a
+// 1e-4 relative: only the order of the sums differs, but both configs are
+// bf16, and that order decides which way some bf16 roundings of the
+// reduced gradients go — 1.6e-5 at step 2 on the fast path); with a
 // FULL_STATE_DICT config, --save also writes the consolidated weights as
 // a Hugging Face directory, which --model then loads.
 func TestHybridAndFullStateDict(t *testing.T) {
@@ -100,7 +102,7 @@ func TestHybridAndFullStateDict(t *testing.T) {
 		t.Fatalf("logs %v %v", a, b)
 	}
 	for i := range a {
-		if math.Abs(a[i]-b[i]) > 1e-5*math.Abs(b[i]) {
+		if math.Abs(a[i]-b[i]) > 1e-4*math.Abs(b[i]) {
 			t.Errorf("step %d: HYBRID_SHARD loss %v, FULL_SHARD %v", i+1, a[i], b[i])
 		}
 	}
