@@ -191,11 +191,7 @@ func unpackF16(dst []float32, src []uint16) {
 	for i := len(dst) - 1; i >= m; i-- {
 		dst[i] = F32FromF16(src[i])
 	}
-	for end := m; end > 0; {
-		n := min(end, vecloop.Block)
-		unpackF16F16C(&dst[end-n], &src[end-n], n)
-		end -= n
-	}
+	blocksDown(m, func(i, n int) { unpackF16F16C(&dst[i], &src[i], n) })
 }
 
 // F32ToBF16 writes the bf16 bit pattern of each src[i] to dst[i]
@@ -233,9 +229,17 @@ func unpackBF16(dst []float32, src []uint16) {
 	for i := len(dst) - 1; i >= m; i-- {
 		dst[i] = F32FromBF16(src[i])
 	}
+	blocksDown(m, func(i, n int) { unpackBF16AVX2(&dst[i], &src[i], n) })
+}
+
+// blocksDown runs block(i, n) over [0, m) in blocks of at most
+// vecloop.Block elements from the top down, the order an in-place
+// widening needs (each block writes bytes above the patterns still
+// unread below it).
+func blocksDown(m int, block func(i, n int)) {
 	for end := m; end > 0; {
 		n := min(end, vecloop.Block)
-		unpackBF16AVX2(&dst[end-n], &src[end-n], n)
+		block(end-n, n)
 		end -= n
 	}
 }

@@ -30,28 +30,37 @@ GLOBL half32<>(SB), RODATA|NOPTR, $4
 DATA hOvf1<>+0(SB)/4, $0x477FFFFF
 GLOBL hOvf1<>(SB), RODATA|NOPTR, $4
 
+// NearestBF16 on eight lanes: r = (b + 0x7FFF + (b>>16)&1) &^ 0xFFFF, and
+// 0x7FC00000 for NaN lanes (|b| > Inf). In: Y0 = b. Out: Y2 = r. Uses Y1,
+// Y3, and Y8–Y13 hold the constants (BF16CONSTS).
+#define ROUNDBF16 \
+	VPSRLD    $16, Y0, Y1 \
+	VPAND     Y9, Y1, Y1 \
+	VPADDD    Y8, Y0, Y2 \
+	VPADDD    Y1, Y2, Y2 \
+	VPAND     Y10, Y2, Y2 \
+	VPAND     Y11, Y0, Y3 \
+	VPCMPGTD  Y12, Y3, Y3 \
+	VPBLENDVB Y3, Y13, Y2, Y2
+
+#define BF16CONSTS \
+	VPBROADCASTD bfBias<>(SB), Y8 \
+	VPBROADCASTD one32<>(SB), Y9 \
+	VPBROADCASTD bfMask<>(SB), Y10 \
+	VPBROADCASTD absMask<>(SB), Y11 \
+	VPBROADCASTD inf32<>(SB), Y12 \
+	VPBROADCASTD bfNaN<>(SB), Y13
+
 // func roundBF16AVX2(x *float32, n int)
-// r = (b + 0x7FFF + (b>>16)&1) &^ 0xFFFF; NaN lanes (|b| > Inf) 0x7FC00000.
+// x[i] = ROUNDBF16(x[i]) for i < n.
 TEXT ·roundBF16AVX2(SB), NOSPLIT, $0-16
 	MOVQ x+0(FP), SI
 	MOVQ n+8(FP), CX
-	VPBROADCASTD bfBias<>(SB), Y8
-	VPBROADCASTD one32<>(SB), Y9
-	VPBROADCASTD bfMask<>(SB), Y10
-	VPBROADCASTD absMask<>(SB), Y11
-	VPBROADCASTD inf32<>(SB), Y12
-	VPBROADCASTD bfNaN<>(SB), Y13
+	BF16CONSTS
 
 bfloop:
 	VMOVDQU   (SI), Y0
-	VPSRLD    $16, Y0, Y1
-	VPAND     Y9, Y1, Y1
-	VPADDD    Y8, Y0, Y2
-	VPADDD    Y1, Y2, Y2
-	VPAND     Y10, Y2, Y2
-	VPAND     Y11, Y0, Y3
-	VPCMPGTD  Y12, Y3, Y3
-	VPBLENDVB Y3, Y13, Y2, Y2
+	ROUNDBF16
 	VMOVDQU   Y2, (SI)
 	ADDQ      $32, SI
 	SUBQ      $8, CX
@@ -108,29 +117,17 @@ hdone:
 	RET
 
 // func packBF16AVX2(dst *uint16, src *float32, n int)
-// dst[i] = the bf16 pattern of src[i] (roundBF16AVX2's rounding, then the
+// dst[i] = the bf16 pattern of src[i] (ROUNDBF16, then the
 // top 16 bits), ascending: dst may alias the first half of src's bytes.
 TEXT ·packBF16AVX2(SB), NOSPLIT, $0-24
 	MOVQ dst+0(FP), DI
 	MOVQ src+8(FP), SI
 	MOVQ n+16(FP), CX
-	VPBROADCASTD bfBias<>(SB), Y8
-	VPBROADCASTD one32<>(SB), Y9
-	VPBROADCASTD bfMask<>(SB), Y10
-	VPBROADCASTD absMask<>(SB), Y11
-	VPBROADCASTD inf32<>(SB), Y12
-	VPBROADCASTD bfNaN<>(SB), Y13
+	BF16CONSTS
 
 packloop:
 	VMOVDQU   (SI), Y0
-	VPSRLD    $16, Y0, Y1
-	VPAND     Y9, Y1, Y1
-	VPADDD    Y8, Y0, Y2
-	VPADDD    Y1, Y2, Y2
-	VPAND     Y10, Y2, Y2
-	VPAND     Y11, Y0, Y3
-	VPCMPGTD  Y12, Y3, Y3
-	VPBLENDVB Y3, Y13, Y2, Y2
+	ROUNDBF16
 	VPSRLD    $16, Y2, Y2
 	VPACKUSDW Y2, Y2, Y2
 	VPERMQ    $0x08, Y2, Y2

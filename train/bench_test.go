@@ -34,64 +34,25 @@ import (
 // 2, … — and each variant's median is over all its timed steps, so that a
 // change of the machine's load meets every variant alike.
 func BenchmarkStages(b *testing.B) {
-	env := func(k string, def int) int {
-		if v, err := strconv.Atoi(os.Getenv(k)); err == nil && v > 0 {
-			return v
-		}
-		return def
-	}
-	preset := os.Getenv("DSZERO_BENCH_MODEL")
-	if preset == "" {
-		preset = "gpt2"
-	}
-	world, seq, steps := env("DSZERO_BENCH_RANKS", 4), env("DSZERO_BENCH_SEQ", 64), env("DSZERO_BENCH_STEPS", 3)
-	rounds := env("DSZERO_BENCH_ROUNDS", 1)
-	mc, err := gpt.Preset(preset)
-	if err != nil {
-		b.Fatal(err)
-	}
-	gemm, err := blas.New(blas.Options{Threads: 1})
-	if err != nil {
-		b.Fatal(err)
-	}
-	corpus := data.Random(mc.Vocab, 1<<20, 1)
+	s := newBenchSetup(b, 4, 64, 3)
+	rounds := benchEnv("DSZERO_BENCH_ROUNDS", 1)
 	type variant struct{ name, zero string }
-	variants := []variant{
+	variants := benchSelect(b, []variant{
 		{"stage0", `"stage": 0`},
 		{"stage2", `"stage": 2, "overlap_comm": true`},
 		{"stage3", `"stage": 3, "overlap_comm": true`},
 		{"stage3-noprefetch", `"stage": 3, "overlap_comm": true, "stage3_prefetch_bucket_size": 0`},
-	}
-	if only := os.Getenv("DSZERO_BENCH_VARIANTS"); only != "" {
-		keep := strings.Split(only, ",")
-		for _, k := range keep {
-			if !slices.ContainsFunc(variants, func(v variant) bool { return v.name == k }) {
-				b.Fatalf("DSZERO_BENCH_VARIANTS=%s: no variant %q", only, k)
-			}
-		}
-		if !slices.Contains(keep, "stage0") {
-			b.Fatalf("DSZERO_BENCH_VARIANTS=%s: stage0 is the baseline every ratio needs", only)
-		}
-		variants = slices.DeleteFunc(variants, func(v variant) bool { return !slices.Contains(keep, v.name) })
-	}
-	run := func(v variant) ([]float64, int64) {
-		return benchTrain(b, benchSetup{mc, corpus, gemm, world, seq, steps}, v.zero, "", false)
+	}, 4, func(v variant) string { return v.name })
+	if variants[0].name != "stage0" {
+		b.Fatalf("DSZERO_BENCH_VARIANTS=%s: stage0 is the baseline every ratio needs", os.Getenv("DSZERO_BENCH_VARIANTS"))
 	}
 	for i := 0; i < b.N; i++ {
-		times := map[string][]float64{}
-		peak := map[string]int64{}
-		for round := 1; round <= rounds; round++ {
-			for _, v := range variants {
-				got, p := run(v)
-				times[v.name], peak[v.name] = append(times[v.name], got...), p
-				b.Logf("round %d: %s %s on %d ranks, seq %d: steps %v s", round, preset, v.name, world, seq, got)
-			}
-		}
-		median := map[string]float64{}
+		median, peak := benchRounds(b, s, rounds, len(variants), func(j int) (string, []float64, int64) {
+			v := variants[j]
+			t, p := benchTrain(b, s, v.zero, "", false)
+			return v.name, t, p
+		})
 		for _, v := range variants {
-			t := slices.Sorted(slices.Values(times[v.name]))
-			median[v.name] = t[len(t)/2]
-			b.Logf("%s %s: median step %.3f s of %d; rank 0 peak %s", preset, v.name, median[v.name], len(t), mem.FormatBytes(peak[v.name]))
 			b.ReportMetric(float64(peak[v.name])/(1<<20), v.name+"-peak-MiB")
 		}
 		for _, v := range variants[1:] {
@@ -101,8 +62,84 @@ func BenchmarkStages(b *testing.B) {
 	}
 }
 
+// benchEnv is the positive integer in the environment variable k, or def.
+func benchEnv(k string, def int) int {
+	if v, err := strconv.Atoi(os.Getenv(k)); err == nil && v > 0 {
+		return v
+	}
+	return def
+}
+
+// newBenchSetup reads DSZERO_BENCH_MODEL (a gpt preset, default gpt2),
+// DSZERO_BENCH_RANKS, DSZERO_BENCH_SEQ and DSZERO_BENCH_STEPS (defaults
+// world, seq, steps) and opens OpenBLAS with one thread.
+func newBenchSetup(b *testing.B, world, seq, steps int) benchSetup {
+	b.Helper()
+	preset := os.Getenv("DSZERO_BENCH_MODEL")
+	if preset == "" {
+		preset = "gpt2"
+	}
+	mc, err := gpt.Preset(preset)
+	if err != nil {
+		b.Fatal(err)
+	}
+	gemm, err := blas.New(blas.Options{Threads: 1})
+	if err != nil {
+		b.Fatal(err)
+	}
+	return benchSetup{preset: preset, mc: mc, corpus: data.Random(mc.Vocab, 1<<20, 1), gemm: gemm,
+		world: benchEnv("DSZERO_BENCH_RANKS", world), seq: benchEnv("DSZERO_BENCH_SEQ", seq), steps: benchEnv("DSZERO_BENCH_STEPS", steps)}
+}
+
+// benchSelect is the variants DSZERO_BENCH_VARIANTS names (comma-separated,
+// in all's order), or all[:def] when it is unset; an unknown name is fatal.
+func benchSelect[V any](b *testing.B, all []V, def int, name func(V) string) []V {
+	b.Helper()
+	only := os.Getenv("DSZERO_BENCH_VARIANTS")
+	if only == "" {
+		return all[:def]
+	}
+	keep := strings.Split(only, ",")
+	for _, k := range keep {
+		if !slices.ContainsFunc(all, func(v V) bool { return name(v) == k }) {
+			b.Fatalf("DSZERO_BENCH_VARIANTS=%s: no variant %q", only, k)
+		}
+	}
+	return slices.DeleteFunc(slices.Clone(all), func(v V) bool { return !slices.Contains(keep, name(v)) })
+}
+
+// benchRounds runs variants 0..n-1 (run(j) trains variant j once and
+// returns its name, timed step times and rank 0's peak) in rounds rounds,
+// interleaved — round 1 runs each variant once, then round 2, … — so that
+// a change of the machine's load meets every variant alike, and returns
+// each variant's median step time over all its timed steps and its peak.
+func benchRounds(b *testing.B, s benchSetup, rounds, n int, run func(j int) (string, []float64, int64)) (median map[string]float64, peak map[string]int64) {
+	b.Helper()
+	times := map[string][]float64{}
+	peak = map[string]int64{}
+	var names []string
+	for round := 1; round <= rounds; round++ {
+		for j := range n {
+			name, got, p := run(j)
+			if round == 1 {
+				names = append(names, name)
+			}
+			times[name], peak[name] = append(times[name], got...), p
+			b.Logf("round %d: %s %s on %d ranks, seq %d: steps %v s", round, s.preset, name, s.world, s.seq, got)
+		}
+	}
+	median = map[string]float64{}
+	for _, name := range names {
+		t := slices.Sorted(slices.Values(times[name]))
+		median[name] = t[len(t)/2]
+		b.Logf("%s %s: median step %.3f s of %d; rank 0 peak %s", s.preset, name, median[name], len(t), mem.FormatBytes(peak[name]))
+	}
+	return median, peak
+}
+
 // benchSetup is what every run of a benchmark shares.
 type benchSetup struct {
+	preset            string
 	mc                gpt.Config
 	corpus            *data.Corpus
 	gemm              blas.Engine
@@ -170,27 +207,8 @@ func benchTrain(b *testing.B, s benchSetup, zero, extra string, fast bool) ([]fl
 // DSZERO_BENCH_ROUNDS (default 2) and DSZERO_BENCH_VARIANTS (names,
 // comma-separated) as in BenchmarkStages.
 func BenchmarkDTypes(b *testing.B) {
-	env := func(k string, def int) int {
-		if v, err := strconv.Atoi(os.Getenv(k)); err == nil && v > 0 {
-			return v
-		}
-		return def
-	}
-	preset := os.Getenv("DSZERO_BENCH_MODEL")
-	if preset == "" {
-		preset = "gpt2"
-	}
-	mc, err := gpt.Preset(preset)
-	if err != nil {
-		b.Fatal(err)
-	}
-	gemm, err := blas.New(blas.Options{Threads: 1})
-	if err != nil {
-		b.Fatal(err)
-	}
-	s := benchSetup{mc: mc, corpus: data.Random(mc.Vocab, 1<<20, 1), gemm: gemm,
-		world: env("DSZERO_BENCH_RANKS", 2), seq: env("DSZERO_BENCH_SEQ", 128), steps: env("DSZERO_BENCH_STEPS", 3)}
-	rounds := env("DSZERO_BENCH_ROUNDS", 2)
+	s := newBenchSetup(b, 2, 128, 3)
+	rounds := benchEnv("DSZERO_BENCH_ROUNDS", 2)
 	type variant struct {
 		name, dtype, zero, extra string
 		fast                     bool
@@ -205,31 +223,15 @@ func BenchmarkDTypes(b *testing.B) {
 		{"fp16-z3", "fp16", `"stage": 3, "overlap_comm": true`, fp16, true},
 		{"bf16exact-z0", "bf16", `"stage": 0`, bf16, false},
 	}
-	variants := all[:len(all)-1]
-	if only := os.Getenv("DSZERO_BENCH_VARIANTS"); only != "" {
-		keep := strings.Split(only, ",")
-		for _, k := range keep {
-			if !slices.ContainsFunc(all, func(v variant) bool { return v.name == k }) {
-				b.Fatalf("DSZERO_BENCH_VARIANTS=%s: no variant %q", only, k)
-			}
-		}
-		variants = slices.DeleteFunc(slices.Clone(all), func(v variant) bool { return !slices.Contains(keep, v.name) })
-	}
+	variants := benchSelect(b, all, len(all)-1, func(v variant) string { return v.name })
 	for i := 0; i < b.N; i++ {
-		times := map[string][]float64{}
-		median := map[string]float64{}
-		for round := 1; round <= rounds; round++ {
-			for _, v := range variants {
-				got, peak := benchTrain(b, s, v.zero, v.extra, v.fast)
-				times[v.name] = append(times[v.name], got...)
-				b.Logf("round %d: %s %s on %d ranks, seq %d: steps %v s; rank 0 peak %s", round, preset, v.name, s.world, s.seq, got, mem.FormatBytes(peak))
-				b.ReportMetric(float64(peak)/(1<<20), v.name+"-peak-MiB")
-			}
-		}
+		median, peak := benchRounds(b, s, rounds, len(variants), func(j int) (string, []float64, int64) {
+			v := variants[j]
+			t, p := benchTrain(b, s, v.zero, v.extra, v.fast)
+			return v.name, t, p
+		})
 		for _, v := range variants {
-			t := slices.Sorted(slices.Values(times[v.name]))
-			median[v.name] = t[len(t)/2]
-			b.Logf("%s %s: median step %.3f s of %d", preset, v.name, median[v.name], len(t))
+			b.ReportMetric(float64(peak[v.name])/(1<<20), v.name+"-peak-MiB")
 			b.ReportMetric(median[v.name], v.name+"-s/step")
 		}
 		for _, v := range variants {

@@ -28,22 +28,13 @@ func BenchmarkGPTStep(b *testing.B) {
 				name = fmt.Sprintf("%s-bf16/B=%d/T=%d", bc.preset, B, bc.T)
 			}
 			b.Run(name, func(b *testing.B) {
-				cfg, err := Preset(bc.preset)
-				if err != nil {
-					b.Fatal(err)
-				}
-				l := cfg.Layout()
-				params := make([]float32, l.Numel)
-				l.InitRange(1, params, 0)
+				cfg, params, tokens, targets := benchInput(b, bc.preset, B*bc.T)
 				var opt Options
 				if bc.bf16 {
 					opt.DType = device.BF16
 					half.RoundBF16(params)
 				}
 				m, _ := newTestModel(b, cfg, opt, params)
-				rng := rand.New(rand.NewPCG(1, 2))
-				tokens := randomTokens(rng, B*bc.T, cfg.Vocab)
-				targets := randomTokens(rng, B*bc.T, cfg.Vocab)
 				step(b, m, tokens, targets, B, 1) // warm-up: allocates the activations
 				cpu0 := cpuTime()
 				b.ResetTimer()
@@ -59,4 +50,20 @@ func BenchmarkGPTStep(b *testing.B) {
 			})
 		}
 	}
+}
+
+// benchInput is what the step benchmarks share: preset's config, its
+// initial weights (Layout.InitRange, seed 1) and n random tokens and
+// targets.
+func benchInput(b *testing.B, preset string, n int) (cfg Config, params []float32, tokens, targets []int32) {
+	b.Helper()
+	cfg, err := Preset(preset)
+	if err != nil {
+		b.Fatal(err)
+	}
+	l := cfg.Layout()
+	params = make([]float32, l.Numel)
+	l.InitRange(1, params, 0)
+	rng := rand.New(rand.NewPCG(1, 2))
+	return cfg, params, randomTokens(rng, n, cfg.Vocab), randomTokens(rng, n, cfg.Vocab)
 }

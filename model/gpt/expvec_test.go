@@ -129,22 +129,13 @@ func TestGeluVec(t *testing.T) {
 	y := append([]float32(nil), x...)
 	geluRange(y, y)
 	geluRange(out, x)
-	if !slicesEqualBits(y, out) {
-		t.Error("geluRange in place differs")
+	if first, zeros := sameBitsOrZeros(y, out); first >= 0 || zeros > 0 {
+		t.Errorf("geluRange in place differs (first at %d, %d signed zeros)", first, zeros)
 	}
 	d := append([]float32(nil), dout...)
 	geluBackRange(d, x, d)
 	geluBackRange(din, x, dout)
-	if !slicesEqualBits(d, din) {
-		t.Error("geluBackRange in place differs")
+	if first, zeros := sameBitsOrZeros(d, din); first >= 0 || zeros > 0 {
+		t.Errorf("geluBackRange in place differs (first at %d, %d signed zeros)", first, zeros)
 	}
-}
-
-func slicesEqualBits(a, b []float32) bool {
-	for i := range a {
-		if math.Float32bits(a[i]) != math.Float32bits(b[i]) {
-			return false
-		}
-	}
-	return len(a) == len(b)
 }

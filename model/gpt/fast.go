@@ -38,7 +38,7 @@ import "math"
 // gradient before it joins the residual stream's). It replaces the
 // exact path's torch 1.13 CPU bf16 kernels (bf16.go: bf16 LayerNorm
 // moments and GELU, oneDNN's summation order in plain loops), which are
-// ~20× slower on GPT-2 small; TestFast16Rounded checks that every output
+// 20–25× slower on GPT-2 small (BenchmarkGPTStep16); TestFast16Rounded checks that every output
 // is rounded, TestFast16MatchesExact that ten steps stay within the
 // conformance band of the exact path's losses.
 

@@ -67,36 +67,6 @@ func TestFast16Rounded(t *testing.T) {
 	}
 }
 
-// trainLosses16 is trainLosses for a 16-bit DType, as DeepSpeed's
-// BF16_Optimizer and FP16_Optimizer train: AdamW on float32 master
-// weights, the model's bound parameters the masters rounded to the
-// DType after each step. It returns each step's loss and the final
-// masters.
-func trainLosses16(t *testing.T, opt Options, steps int) ([]float32, []float32) {
-	t.Helper()
-	cfg, init := harnessTiny(t)
-	master := append([]float32(nil), init...)
-	round := opt.DType.Rounding()
-	if round == nil { // F32
-		round = func([]float32) {}
-	}
-	round(init)
-	m, _ := newTestModel(t, cfg, opt, init)
-	tok := harnessTokens(t)
-	n := m.NumParams()
-	mo, vo := make([]float32, n), make([]float32, n)
-	var losses []float32
-	for s := range steps {
-		idx, tgt := microBatch(tok, s, 0, 0)
-		m.OverwriteGrads()
-		losses = append(losses, step(t, m, idx, tgt, 4, 1))
-		adamW(master, m.Grads(), mo, vo, s+1, 1e-3)
-		copy(m.Params(), master)
-		round(m.Params())
-	}
-	return losses, master
-}
-
 // TestFast16MatchesExact: ten training steps of the harness model in bf16
 // and in fp16 on the fast path keep their losses within the conformance
 // band of the exact path's (conformance.Defaults for 16 bits: 1e-3
@@ -109,8 +79,8 @@ func TestFast16MatchesExact(t *testing.T) {
 	const steps = 10
 	for _, dt := range []device.DType{device.BF16, device.F16} {
 		t.Run(dt.String(), func(t *testing.T) {
-			exact, we := trainLosses16(t, Options{DType: dt}, steps)
-			fast, wf := trainLosses16(t, Options{DType: dt, Fast: true, Workers: 2}, steps)
+			exact, we := trainLosses(t, Options{DType: dt}, 0, steps)
+			fast, wf := trainLosses(t, Options{DType: dt, Fast: true, Workers: 2}, 0, steps)
 			worst := 0.0
 			for s := range steps {
 				rel := math.Abs(float64(fast[s])-float64(exact[s])) / math.Abs(float64(exact[s]))
@@ -130,7 +100,7 @@ func TestFast16MatchesExact(t *testing.T) {
 			// puts between the exact path and an fp32 run: within 1.5×
 			// of it (root mean square, over the training update's).
 			_, init := harnessTiny(t)
-			_, w32 := trainLosses16(t, Options{DType: device.F32}, steps)
+			_, w32 := trainLosses(t, Options{DType: device.F32}, 0, steps)
 			var dFast, d32, upd, maxFast float64
 			for i := range we {
 				df, d, u := float64(wf[i]-we[i]), float64(w32[i]-we[i]), float64(we[i]-init[i])
@@ -176,16 +146,7 @@ func BenchmarkGPTStep16(b *testing.B) {
 			variants = append(variants, variant{"bf16-exact", Options{DType: device.BF16}})
 		}
 		b.Run(fmt.Sprintf("%s/B=%d/T=%d", bc.preset, bc.B, bc.T), func(b *testing.B) {
-			cfg, err := Preset(bc.preset)
-			if err != nil {
-				b.Fatal(err)
-			}
-			l := cfg.Layout()
-			params := make([]float32, l.Numel)
-			l.InitRange(1, params, 0)
-			rng := rand.New(rand.NewPCG(1, 2))
-			tokens := randomTokens(rng, bc.B*bc.T, cfg.Vocab)
-			targets := randomTokens(rng, bc.B*bc.T, cfg.Vocab)
+			cfg, params, tokens, targets := benchInput(b, bc.preset, bc.B*bc.T)
 			ms := make([]*Model, len(variants))
 			for i, v := range variants {
 				p := append([]float32(nil), params...)

@@ -156,18 +156,14 @@ func (j *softmaxBackJob) RunRange(lo, hi int) {
 			sum += float64(p[i] * g)
 		}
 		s := float32(sum)
+		for i, g := range ds {
+			ds[i] = p[i] * (g - s)
+		}
 		if j.round != nil {
-			for i, g := range ds {
-				ds[i] = p[i] * (g - s)
-			}
 			j.round(ds)
-			for i := range ds {
-				ds[i] *= j.scale
-			}
-		} else {
-			for i, g := range ds {
-				ds[i] = p[i] * (g - s) * j.scale
-			}
+		}
+		for i := range ds {
+			ds[i] *= j.scale
 		}
 		clear(row[n:])
 	}

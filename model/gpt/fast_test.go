@@ -28,10 +28,20 @@ func adamW(params, grads, m, v []float32, t int, lr float64) {
 
 // trainLosses trains a model built with opt for steps AdamW steps on the
 // harness batches (B 4, T 32, one micro-batch a step) from the harness's
-// initial weights, and returns the loss of each step.
-func trainLosses(t *testing.T, opt Options, block, steps int) []float32 {
+// initial weights, and returns the loss of each step and the final
+// float32 master weights. With a 16-bit DType it trains as DeepSpeed's
+// BF16_Optimizer and FP16_Optimizer do: AdamW on the float32 masters, the
+// model's bound parameters the masters rounded to the DType after each
+// step. block > 0 sets the fast path's attention row block.
+func trainLosses(t *testing.T, opt Options, block, steps int) ([]float32, []float32) {
 	t.Helper()
 	cfg, init := harnessTiny(t)
+	master := append([]float32(nil), init...)
+	round := opt.DType.Rounding()
+	if round == nil { // F32
+		round = func([]float32) {}
+	}
+	round(init)
 	m, _ := newTestModel(t, cfg, opt, init)
 	if block > 0 {
 		m.attnBlock = block
@@ -44,9 +54,11 @@ func trainLosses(t *testing.T, opt Options, block, steps int) []float32 {
 		idx, tgt := microBatch(tok, s, 0, 0)
 		m.OverwriteGrads()
 		losses = append(losses, step(t, m, idx, tgt, 4, 1))
-		adamW(m.Params(), m.Grads(), mo, vo, s+1, 1e-3)
+		adamW(master, m.Grads(), mo, vo, s+1, 1e-3)
+		copy(m.Params(), master)
+		round(m.Params())
 	}
-	return losses
+	return losses, master
 }
 
 // TestFastMatchesExact: ten AdamW steps of the harness model on the fast
@@ -55,7 +67,7 @@ func trainLosses(t *testing.T, opt Options, block, steps int) []float32 {
 // with activation checkpointing.
 func TestFastMatchesExact(t *testing.T) {
 	const steps = 10
-	exact := trainLosses(t, Options{}, 0, steps)
+	exact, _ := trainLosses(t, Options{}, 0, steps)
 	for _, tc := range []struct {
 		name  string
 		opt   Options
@@ -66,7 +78,7 @@ func TestFastMatchesExact(t *testing.T) {
 		{"blocks of 8, checkpointed", Options{Fast: true, Checkpoint: true}, 8},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			fast := trainLosses(t, tc.opt, tc.block, steps)
+			fast, _ := trainLosses(t, tc.opt, tc.block, steps)
 			worst := 0.0
 			for s := range steps {
 				rel := math.Abs(float64(fast[s])-float64(exact[s])) / math.Abs(float64(exact[s]))
@@ -164,16 +176,7 @@ func BenchmarkGPTStepBLAS(b *testing.B) {
 		B, T   int
 	}{{"small", 4, 128}, {"gpt2s-untied", 1, 256}} {
 		b.Run(fmt.Sprintf("%s/B=%d/T=%d", bc.preset, bc.B, bc.T), func(b *testing.B) {
-			cfg, err := Preset(bc.preset)
-			if err != nil {
-				b.Fatal(err)
-			}
-			l := cfg.Layout()
-			params := make([]float32, l.Numel)
-			l.InitRange(1, params, 0)
-			rng := rand.New(rand.NewPCG(1, 2))
-			tokens := randomTokens(rng, bc.B*bc.T, cfg.Vocab)
-			targets := randomTokens(rng, bc.B*bc.T, cfg.Vocab)
+			cfg, params, tokens, targets := benchInput(b, bc.preset, bc.B*bc.T)
 			var ms [2]*Model
 			for i, fast := range []bool{false, true} {
 				ms[i], _ = newTestModel(b, cfg, Options{Gemm: gemm, Fast: fast, Workers: 1}, params)

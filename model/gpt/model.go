@@ -108,8 +108,8 @@ type Model struct {
 	// first Backward that needs it.
 	sink model.GradSink
 
-	// fast: Options.Fast (any DType) without sequence parallelism. attnBlock is the row block of
-	// its causal attention GEMMs.
+	// fast: Options.Fast (any DType) without sequence parallelism.
+	// attnBlock is the row block of its causal attention GEMMs.
 	fast      bool
 	attnBlock int
 
